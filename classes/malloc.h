@@ -1,0 +1,27 @@
+/*
+ * classes/malloc.h - the malloc family on top of the size-class caches.
+ *
+ * These are the allocator's own entry points; preload/ gives them their
+ * libc names.  The static core (libsdcore.a, used by the unit tests) has
+ * them under these names only, so a test program keeps its own malloc.
+ * All follow glibc's semantics (errno ENOMEM, 16-byte alignment, ...).
+ */
+#ifndef SD_CLASSES_MALLOC_H
+#define SD_CLASSES_MALLOC_H
+
+#include <stddef.h>
+
+void  *sdm_malloc(size_t size);
+void  *sdm_calloc(size_t n, size_t size);
+void  *sdm_realloc(void *p, size_t size);
+void  *sdm_reallocarray(void *p, size_t n, size_t size);
+void   sdm_free(void *p);
+/* align: a power of two (any, up to 4 MiB and beyond); NULL + EINVAL
+ * otherwise.  size 0 gives a minimal block. */
+void  *sdm_memalign(size_t align, size_t size);
+int    sdm_posix_memalign(void **out, size_t align, size_t size);
+size_t sdm_usable_size(const void *p);
+/* Release free memory to the OS; 1 if any was released (malloc_trim). */
+int    sdm_trim(void);
+
+#endif
