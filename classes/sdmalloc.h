@@ -1,13 +1,13 @@
 /*
- * classes/malloc.h - the malloc family on top of the size-class caches.
+ * classes/sdmalloc.h - the malloc family on top of the size-class caches.
  *
  * These are the allocator's own entry points; preload/ gives them their
  * libc names.  The static core (libsdcore.a, used by the unit tests) has
  * them under these names only, so a test program keeps its own malloc.
  * All follow glibc's semantics (errno ENOMEM, 16-byte alignment, ...).
  */
-#ifndef SD_CLASSES_MALLOC_H
-#define SD_CLASSES_MALLOC_H
+#ifndef SD_CLASSES_SDMALLOC_H
+#define SD_CLASSES_SDMALLOC_H
 
 #include <stddef.h>
 

@@ -1,0 +1,187 @@
+/*
+ * classes/alloc.c - the slow paths of allocation and free (see alloc.h;
+ * the lock order and slab states are in classes/cache.c).
+ */
+#include "alloc.h"
+
+#include <errno.h>
+
+#include "debug.h"
+#include "fmt.h"
+#include "large.h"
+#include "options.h"
+
+int cache_slab_freed_locked(struct sd_cache *c, struct slab *s);
+
+void report_invalid(const char *call, const void *p)
+{
+    sd_fatal("%s(): invalid pointer %p", call, p);
+}
+
+void report_double_free(const char *call, const void *p, const struct sd_cache *c)
+{
+    sd_fatal("%s(): double free %p in cache %s", call, p, c ? c->name : "?");
+}
+
+/* Make s the thread's active slab (s locked; unlocked on return). */
+static void activate_unlock(struct tbin *b, struct slab *s)
+{
+    s->state = SLAB_ACTIVE;
+    s->owner = sd_tc.token;
+    b->slab = s;
+    b->free = s->freelist;
+    b->nfree = s->capacity - s->inuse;
+    s->freelist = NULL;
+    s->inuse = s->capacity;
+    sd_spin_unlock(&s->lock);
+}
+
+void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
+{
+    struct tcache *t = &sd_tc;
+    if (unlikely(t->state != TC_LIVE)) {
+        tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
+        if (t->state == TC_NEW && tcache_init() == 0) {
+            if (!c->is_malloc)
+                b = tcache_ubin(c->id);
+            if (b && b->free)
+                return cache_alloc_fast(c, b);
+        }
+        if (t->state != TC_LIVE || !b)
+            return cache_alloc_direct(c, NULL, 0);
+    }
+    if (unlikely(c->debug))
+        return debug_alloc(c);
+    cache_stat_add(c, SD_STAT_ALLOC_REFILL, 1);
+
+    struct slab *s = b->slab;
+    if (s) {
+        sd_spin_lock(&s->lock);
+        if (s->freelist) {                  /* frees from other threads */
+            b->free = s->freelist;
+            b->nfree = s->capacity - s->inuse;
+            s->freelist = NULL;
+            s->inuse = s->capacity;
+            sd_spin_unlock(&s->lock);
+            return cache_alloc_fast(c, b);
+        }
+        s->owner = 0;                       /* full: let it go */
+        s->state = SLAB_FULL;
+        sd_spin_unlock(&s->lock);
+        b->slab = NULL;
+        cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
+    }
+    s = cache_partial_take(c);
+    if (!s) {
+        s = cache_slab_new(c);
+        if (!s) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        sd_spin_lock(&s->lock);
+    }
+    activate_unlock(b, s);
+    return cache_alloc_fast(c, b);
+}
+
+static int fuller_than_quarter(const struct slab *s)
+{
+    return s->inuse * 4 > s->capacity;
+}
+
+void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fullest)
+{
+    cache_stat_add(c, SD_STAT_ALLOC_DIRECT, 1);
+    for (;;) {
+        struct slab *s = NULL;
+        sd_mutex_lock(&c->list_lock);
+        for (struct sd_list *l = c->partial.next; l != &c->partial; l = l->next) {
+            struct slab *x = list_entry(l, struct slab, link);
+            if (x == avoid)
+                continue;
+            if (fullest && !fuller_than_quarter(x))
+                continue;
+            if (sd_spin_trylock(&x->lock)) {
+                s = x;
+                break;
+            }
+        }
+        if (s) {
+            void *p = s->freelist;
+            s->freelist = *(void **)p;
+            if (++s->inuse == s->capacity) {
+                list_del(&s->link);
+                c->nr_partial--;
+                s->state = SLAB_FULL;
+            }
+            sd_mutex_unlock(&c->list_lock);
+            sd_spin_unlock(&s->lock);
+            return p;
+        }
+        sd_mutex_unlock(&c->list_lock);
+        if (fullest)
+            return NULL;
+        /* No partial slab: a retained empty one, or a new one, goes on the
+         * partial list and the loop takes from it. */
+        s = cache_partial_take(c);
+        if (!s) {
+            s = cache_slab_new(c);
+            if (!s) {
+                errno = ENOMEM;
+                return NULL;
+            }
+            sd_spin_lock(&s->lock);
+        }
+        sd_mutex_lock(&c->list_lock);
+        s->state = SLAB_PARTIAL;
+        list_add_head(&c->partial, &s->link);
+        c->nr_partial++;
+        sd_mutex_unlock(&c->list_lock);
+        sd_spin_unlock(&s->lock);
+    }
+}
+
+void cache_free_slow(struct slab *s, void *p, const char *call)
+{
+    tcache_check_get(call);
+    sd_spin_lock(&s->lock);
+    struct sd_cache *c = s->cache;
+    unsigned state = s->state;
+    if (unlikely(state < SLAB_ACTIVE || state > SLAB_FROZEN || !slab_contains(s, p))) {
+        sd_spin_unlock(&s->lock);
+        if (state == SLAB_EMPTY && slab_contains(s, p))
+            report_double_free(call, p, c);
+        report_invalid(call, p);
+    }
+    if (unlikely(c->debug)) {
+        sd_spin_unlock(&s->lock);
+        debug_free(c, s, p, call);
+        return;
+    }
+    if (unlikely(p == s->freelist))
+        report_double_free(call, p, c);
+    if (state == SLAB_ACTIVE && s->owner == sd_tc.token) {
+        /* Our own active slab, reached here only from a guarded path. */
+        sd_spin_unlock(&s->lock);
+        cache_free_fast(s, p, call);
+        return;
+    }
+    *(void **)p = s->freelist;
+    s->freelist = p;
+    s->inuse--;
+    int release = cache_slab_freed_locked(c, s);
+    sd_spin_unlock(&s->lock);
+    cache_stat_add(c, SD_STAT_FREE_REMOTE, 1);
+    if (release)
+        cache_slab_release(c, s);
+    else if (state == SLAB_PARTIAL && !s->inuse)
+        cache_release_empty(c, 0);          /* decay the older empties */
+}
+
+void free_not_slab(void *p, const char *call)
+{
+    tcache_check_get(call);
+    if (large_free(p) == 0)
+        return;
+    report_invalid(call, p);
+}

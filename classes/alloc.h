@@ -1,0 +1,62 @@
+/*
+ * classes/alloc.h - allocation and free through a cache: the fast paths
+ * (inline) and their named slow paths (classes/alloc.c).
+ *
+ * Fast allocation pops the thread's private freelist: two loads, two
+ * stores and one unlikely branch to cache_alloc_slow().  Fast free pushes
+ * onto it when the object's slab is the thread's active slab; anything
+ * else goes to cache_free_slow(), under the slab lock.
+ */
+#ifndef SD_CLASSES_ALLOC_H
+#define SD_CLASSES_ALLOC_H
+
+#include "cache.h"
+#include "segment.h"
+#include "slab.h"
+#include "tcache.h"
+
+void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
+    __attribute__((noinline));
+/* Allocate under the slab lock, without an active slab (threads without a
+ * cache, debug caches).  `avoid` (may be NULL) is never used, and with
+ * `fullest`, only a partial slab above a quarter full is taken (NULL if
+ * none) - sd_defrag_realloc's rule. */
+void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid,
+                         int fullest);
+/* Free p (an object boundary of live slab s is checked here). */
+void cache_free_slow(struct slab *s, void *p, const char *call)
+    __attribute__((noinline));
+/* p is not in a slab: a large block or a foreign pointer (reported). */
+void free_not_slab(void *p, const char *call) __attribute__((noinline));
+void report_invalid(const char *call, const void *p)
+    __attribute__((noreturn, cold));
+void report_double_free(const char *call, const void *p,
+                        const struct sd_cache *c) __attribute__((noreturn, cold));
+
+static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b)
+{
+    void *p = b->free;
+    if (unlikely(!p))
+        return cache_alloc_slow(c, b);
+    b->free = *(void **)p;
+    b->nfree--;
+    return p;
+}
+
+/* Free an object of slab s (found from p); call names the entry point. */
+static inline void cache_free_fast(struct slab *s, void *p, const char *call)
+{
+    if (likely(s->owner == sd_tc.token) && likely(slab_contains(s, p))) {
+        struct tbin *b = s->bin < SD_NCLASSES ? &sd_tc.bins[s->bin]
+                                              : &sd_tc.ubins[s->bin - SD_NCLASSES];
+        if (unlikely(p == b->free))
+            report_double_free(call, p, s->cache);
+        *(void **)p = b->free;
+        b->free = p;
+        b->nfree++;
+        return;
+    }
+    cache_free_slow(s, p, call);
+}
+
+#endif

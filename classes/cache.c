@@ -1,0 +1,412 @@
+/*
+ * classes/cache.c - caches, their slab lists, and the slab state machine.
+ *
+ * ---------------------------------------------------------------------
+ * Lock order (outer first)
+ *
+ *   1. slab->lock (sd_spin)    a slab's shared freelist, inuse, state and
+ *                              owner.  Held for a few instructions; across
+ *                              a get() callback only while vacating.
+ *   2. cache->list_lock        the cache's partial and empty lists.  Taken
+ *                              inside a slab lock when a free moves a slab
+ *                              between lists.  While holding it, slab locks
+ *                              are only ever *tried* (partial refill,
+ *                              shrink), never waited for.
+ *   3. segment kind locks,     leaves: taken with no other allocator lock
+ *      the large-block lock,   held (slabs are created and released with
+ *      the thread registry     no slab or list lock held).
+ *
+ * The fork handler takes the leaves first (nobody holding one waits for
+ * anything), then every slab lock (nobody holding a slab lock waits for a
+ * leaf), then every list lock (holders of a list lock only try slab locks).
+ *
+ * Cross-thread frees take the slab lock rather than a lock-free remote
+ * list: a free that empties or un-fills a slab must move it between lists
+ * under the list lock anyway, the lock is per slab so contention stays
+ * local, and holding it is what lets get() promise that "frees of objects
+ * on this slab wait until get() returns" (patch 02/10).
+ *
+ * ---------------------------------------------------------------------
+ * Slab states (slab->state; changed only under the slab lock, and for
+ * list moves also under the list lock)
+ *
+ *   state      on list      owner   allocations from it
+ *   ACTIVE     none         thread  owner's private list, lock-free
+ *   PARTIAL    partial      0       refill takes it (becomes ACTIVE)
+ *   FULL       none         0       none; a free makes it PARTIAL
+ *   EMPTY      empty        0       reused before a new slab; released
+ *                                   after the decay or on shrink
+ *   FROZEN     none         0       none: being vacated; frees still land
+ *   RELEASING  none         0       none: going back to the segment
+ *
+ *   new -> ACTIVE -> FULL -> PARTIAL -> ACTIVE ...
+ *   PARTIAL/FULL -> FROZEN (vacate) -> RELEASING | PARTIAL | FULL
+ *   PARTIAL --last free--> EMPTY or RELEASING
+ * ---------------------------------------------------------------------
+ */
+#include "cache.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "fmt.h"
+#include "options.h"
+#include "os.h"
+#include "segment.h"
+#include "slab.h"
+#include "tcache.h"
+
+struct sd_cache sd_malloc_caches[SD_NCLASSES];
+struct sd_cache *sd_caches[SD_MAX_CACHES];
+sd_mutex sd_caches_lock = SD_MUTEX_INIT;
+
+const char *const sd_stat_names[SD_NSTATS] = {
+#define X(id, name, doc) name,
+    SD_CACHE_STATS(X)
+#undef X
+};
+
+static void cache_setup(struct sd_cache *c, uint16_t id, const char *name,
+                        uint32_t object_size, uint32_t size, uint32_t align)
+{
+    size_t n = strlen(name);
+    if (n >= sizeof c->name)
+        n = sizeof c->name - 1;
+    memcpy(c->name, name, n);
+    c->name[n] = 0;
+    c->id = id;
+    c->object_size = object_size;
+    c->size = size;
+    c->align = align;
+    unsigned kind;
+    sizeclass_geometry(size, &kind, &c->capacity);
+    c->kind = (uint8_t)kind;
+    c->refcount = 1;
+    c->list_lock = (sd_mutex)SD_MUTEX_INIT;
+    list_init(&c->partial);
+    list_init(&c->empty);
+    c->debug = (uint8_t)(options_debug_wants(c->name) ? sd_opt.debug : 0);
+}
+
+void cache_init(void)
+{
+    static int done;
+    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+        return;
+    sd_mutex_lock(&sd_caches_lock);
+    if (!done) {
+        options_init();
+        for (unsigned i = 0; i < SD_NCLASSES; i++) {
+            char name[32];
+            struct sd_cache *c = &sd_malloc_caches[i];
+            sd_fmt(name, sizeof name, "malloc-%u", sizeclass_size[i]);
+            cache_setup(c, (uint16_t)i, name, sizeclass_size[i],
+                        sizeclass_size[i], SD_MIN_ALIGN);
+            c->is_malloc = 1;
+            sd_caches[i] = c;
+        }
+        __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+    }
+    sd_mutex_unlock(&sd_caches_lock);
+}
+
+/* ---------------------------------------------------------------- */
+/* Typed caches: creation and merging (SLUB's find_mergeable)        */
+
+static int mergeable(const struct sd_cache *c, uint32_t size, uint32_t align,
+                     unsigned long flags)
+{
+    if (c->dead || c->ctor || c->has_ops || (c->flags & SD_NO_MERGE))
+        return 0;
+    if (c->size != size || c->align % align)
+        return 0;
+    return (c->flags & SD_CACHE_FLAGS) == (flags & SD_CACHE_FLAGS);
+}
+
+static void alias_add(struct sd_cache *c, const char *name)
+{
+    size_t have = strlen(c->aliases), n = strlen(name);
+    if (have + n + 2 >= sizeof c->aliases)
+        return;
+    if (have)
+        c->aliases[have++] = ',';
+    memcpy(c->aliases + have, name, n + 1);
+}
+
+struct sd_cache *cache_create(const char *name, size_t size, size_t align,
+                              unsigned long flags, void (*ctor)(void *),
+                              const struct sd_cache_ops *ops,
+                              void *(*alloc_struct)(size_t))
+{
+    cache_init();
+    if (!align)
+        align = SD_MIN_ALIGN;
+    if (flags & SD_HWCACHE_ALIGN && align < 64)
+        align = 64;
+    if (align < SD_MIN_ALIGN)
+        align = SD_MIN_ALIGN;
+    uint32_t stride = (uint32_t)((size + align - 1) & ~(align - 1));
+    int merge = !ctor && !ops && !(flags & SD_NO_MERGE);
+
+    sd_mutex_lock(&sd_caches_lock);
+    if (merge) {
+        for (unsigned i = SD_NCLASSES; i < SD_MAX_CACHES; i++) {
+            struct sd_cache *c = sd_caches[i];
+            if (c && mergeable(c, stride, (uint32_t)align, flags) &&
+                !options_debug_wants(name)) {
+                c->refcount++;
+                alias_add(c, name);
+                sd_mutex_unlock(&sd_caches_lock);
+                return c;
+            }
+        }
+    }
+    unsigned id = SD_NCLASSES;
+    while (id < SD_MAX_CACHES && sd_caches[id])
+        id++;
+    if (id == SD_MAX_CACHES) {
+        sd_mutex_unlock(&sd_caches_lock);
+        errno = ENOMEM;
+        return NULL;
+    }
+    struct sd_cache *c = alloc_struct(sizeof *c);
+    if (!c) {
+        sd_mutex_unlock(&sd_caches_lock);
+        errno = ENOMEM;
+        return NULL;
+    }
+    memset(c, 0, sizeof *c);
+    cache_setup(c, (uint16_t)id, name, (uint32_t)size, stride, (uint32_t)align);
+    c->flags = flags;
+    c->ctor = ctor;
+    if (ops) {
+        c->ops = *ops;
+        c->has_ops = 1;
+    }
+    __atomic_store_n(&sd_caches[id], c, __ATOMIC_RELEASE);
+    sd_mutex_unlock(&sd_caches_lock);
+    return c;
+}
+
+/* ---------------------------------------------------------------- */
+/* Slabs                                                             */
+
+struct slab *cache_slab_new(struct sd_cache *c)
+{
+    struct slab *s = segment_slab_alloc(c->kind);
+    if (!s)
+        return NULL;
+    slab_format(s, c->size, c->capacity, c->ctor);
+    s->cache = c;
+    s->bin = c->id;
+    __atomic_fetch_add(&c->nr_slabs, 1, __ATOMIC_RELAXED);
+    cache_stat_add(c, SD_STAT_SLAB_NEW, 1);
+    return s;
+}
+
+size_t cache_slab_release(struct sd_cache *c, struct slab *s)
+{
+    SD_ASSERT(s->state == SLAB_RELEASING);
+    __atomic_fetch_sub(&c->nr_slabs, 1, __ATOMIC_RELAXED);
+    size_t bytes = segment_slab_free(s);
+    cache_stat_add(c, SD_STAT_SLAB_RELEASED, 1);
+    cache_stat_add(c, SD_STAT_BYTES_RELEASED, bytes);
+    return bytes;
+}
+
+static void partial_add_locked(struct sd_cache *c, struct slab *s, int tail)
+{
+    SD_ASSERT(sd_mutex_held(&c->list_lock));
+    s->state = SLAB_PARTIAL;
+    if (tail)
+        list_add_tail(&c->partial, &s->link);
+    else
+        list_add_head(&c->partial, &s->link);
+    c->nr_partial++;
+}
+
+static void partial_del_locked(struct sd_cache *c, struct slab *s)
+{
+    SD_ASSERT(sd_mutex_held(&c->list_lock) && s->state == SLAB_PARTIAL);
+    list_del(&s->link);
+    c->nr_partial--;
+}
+
+/* An empty slab: keep it (up to retain_empty) or hand it back. */
+static int empty_add_locked(struct sd_cache *c, struct slab *s)
+{
+    SD_ASSERT(sd_mutex_held(&c->list_lock));
+    if (c->nr_empty < sd_opt.retain_empty && !c->dead) {
+        s->state = SLAB_EMPTY;
+        s->empty_since = os_now_ns();
+        list_add_head(&c->empty, &s->link);
+        c->nr_empty++;
+        return 0;
+    }
+    s->state = SLAB_RELEASING;
+    return 1;
+}
+
+int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail)
+{
+    SD_ASSERT(sd_spin_held(&s->lock));
+    s->owner = 0;
+    if (s->inuse == s->capacity) {
+        s->state = SLAB_FULL;
+        return 0;
+    }
+    int release = 0;
+    sd_mutex_lock(&c->list_lock);
+    if (s->inuse == 0)
+        release = empty_add_locked(c, s);
+    else
+        partial_add_locked(c, s, tail);
+    sd_mutex_unlock(&c->list_lock);
+    return release;
+}
+
+/* The free path's list moves, called with the slab locked after an object
+ * went onto its freelist.  Returns 1 if the caller must release it. */
+int cache_slab_freed_locked(struct sd_cache *c, struct slab *s)
+{
+    SD_ASSERT(sd_spin_held(&s->lock));
+    if (s->state == SLAB_FULL)
+        return cache_slab_settle_locked(c, s, 0);
+    if (s->state != SLAB_PARTIAL || s->inuse)
+        return 0;
+    sd_mutex_lock(&c->list_lock);
+    partial_del_locked(c, s);
+    int release = empty_add_locked(c, s);
+    sd_mutex_unlock(&c->list_lock);
+    return release;
+}
+
+struct slab *cache_partial_take(struct sd_cache *c)
+{
+    if (!__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED) &&
+        !__atomic_load_n(&c->nr_empty, __ATOMIC_RELAXED))
+        return NULL;
+    struct slab *got = NULL;
+    sd_mutex_lock(&c->list_lock);
+    for (struct sd_list *l = c->partial.next; l != &c->partial; l = l->next) {
+        struct slab *s = list_entry(l, struct slab, link);
+        if (sd_spin_trylock(&s->lock)) {
+            partial_del_locked(c, s);
+            got = s;
+            break;
+        }
+    }
+    if (!got) {
+        for (struct sd_list *l = c->empty.next; l != &c->empty; l = l->next) {
+            struct slab *s = list_entry(l, struct slab, link);
+            if (sd_spin_trylock(&s->lock)) {
+                list_del(&s->link);
+                c->nr_empty--;
+                got = s;
+                break;
+            }
+        }
+    }
+    sd_mutex_unlock(&c->list_lock);
+    return got;
+}
+
+size_t cache_release_empty(struct sd_cache *c, int all)
+{
+    if (!__atomic_load_n(&c->nr_empty, __ATOMIC_RELAXED))
+        return 0;
+    uint64_t now = os_now_ns(), decay = (uint64_t)sd_opt.decay_ms * 1000000ull;
+    struct sd_list doomed;
+    list_init(&doomed);
+    sd_mutex_lock(&c->list_lock);
+    for (struct sd_list *l = c->empty.prev, *p; l != &c->empty; l = p) {
+        p = l->prev;
+        struct slab *s = list_entry(l, struct slab, link);
+        if (!all && now - s->empty_since < decay)
+            break;                          /* newer ones sit nearer the head */
+        if (!sd_spin_trylock(&s->lock))
+            continue;
+        list_del(&s->link);
+        c->nr_empty--;
+        s->state = SLAB_RELEASING;
+        sd_spin_unlock(&s->lock);
+        list_add_head(&doomed, &s->link);
+    }
+    sd_mutex_unlock(&c->list_lock);
+    size_t bytes = 0;
+    while (!list_empty(&doomed)) {
+        struct slab *s = list_entry(doomed.next, struct slab, link);
+        list_del(&s->link);
+        bytes += cache_slab_release(c, s);
+    }
+    return bytes;
+}
+
+/* ---------------------------------------------------------------- */
+/* Figures                                                           */
+
+struct usage_walk {
+    struct sd_cache *c;
+    struct cache_usage *u;
+};
+
+static void usage_one(struct slab *s, void *arg)
+{
+    struct usage_walk *w = arg;
+    if (__atomic_load_n(&s->cache, __ATOMIC_RELAXED) != w->c)
+        return;
+    sd_spin_lock(&s->lock);
+    if (s->cache == w->c) {
+        switch (s->state) {
+        case SLAB_ACTIVE:  w->u->active++; break;
+        case SLAB_PARTIAL: w->u->partial++; break;
+        case SLAB_FULL:    w->u->full++; break;
+        case SLAB_FROZEN:  w->u->frozen++; break;
+        case SLAB_EMPTY:   w->u->empty++; break;
+        default: break;
+        }
+        if (s->state != SLAB_UNUSED && s->state != SLAB_RELEASING) {
+            w->u->slabs++;
+            w->u->objects_inuse += s->inuse;
+        }
+    }
+    sd_spin_unlock(&s->lock);
+}
+
+void cache_usage(struct sd_cache *c, struct cache_usage *u)
+{
+    memset(u, 0, sizeof *u);
+    struct usage_walk w = { c, u };
+    segment_for_each_slab(usage_one, &w, 0);
+    size_t priv = tcache_private_objects(c->id);
+    u->objects_inuse = u->objects_inuse > priv ? u->objects_inuse - priv : 0;
+}
+
+/* ---------------------------------------------------------------- */
+/* Fork                                                              */
+
+static void slab_lock_one(struct slab *s, void *arg) { sd_spin_lock(&s->lock); }
+static void slab_unlock_one(struct slab *s, void *arg)
+{
+    __atomic_store_n(&s->lock.holder, 0, __ATOMIC_RELEASE);
+}
+
+void cache_lock_all(void)
+{
+    segment_for_each_slab(slab_lock_one, NULL, 1);
+    for (unsigned i = 0; i < SD_MAX_CACHES; i++)
+        if (sd_caches[i])
+            sd_mutex_lock(&sd_caches[i]->list_lock);
+}
+
+void cache_unlock_all(int child)
+{
+    for (unsigned i = SD_MAX_CACHES; i-- > 0;)
+        if (sd_caches[i]) {
+            if (child)
+                sd_mutex_reset_child(&sd_caches[i]->list_lock);
+            else
+                sd_mutex_unlock(&sd_caches[i]->list_lock);
+        }
+    segment_for_each_slab(slab_unlock_one, NULL, 1);
+}

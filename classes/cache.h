@@ -1,0 +1,84 @@
+/*
+ * classes/cache.h - struct sd_cache, SLUB's kmem_cache in user space.
+ *
+ * Every malloc size class is an sd_cache ("malloc-<size>", ids 0..71);
+ * sd_cache_create() adds typed caches (ids 72..SD_MAX_CACHES-1).  A
+ * cache's id is also the index of each thread's tbin for it.
+ */
+#ifndef SD_CLASSES_CACHE_H
+#define SD_CLASSES_CACHE_H
+
+#include "sizeclass.h"
+#include "slabdefrag.h"
+#include "stat.h"
+#include "types.h"
+
+#define SD_MAX_CACHES 1024
+
+struct sd_cache {
+    char      name[48];
+    uint16_t  id;               /* index into sd_caches[] and tbins */
+    uint8_t   is_malloc;        /* a malloc size class */
+    uint8_t   debug;            /* SD_DEBUG_* letters for this cache */
+    uint8_t   has_ops;          /* both get and kick */
+    uint8_t   dead;             /* destroyed (id never reused) */
+    uint32_t  object_size;      /* bytes the caller asked for */
+    uint32_t  size;             /* bytes between objects */
+    uint32_t  align;            /* bytes */
+    uint32_t  capacity;         /* objects per slab */
+    uint8_t   kind;             /* segment kind: slab bytes */
+    unsigned long flags;        /* SD_* creation flags */
+    void    (*ctor)(void *obj);
+    struct sd_cache_ops ops;
+    int       refcount;         /* creations aliased onto this cache */
+    char      aliases[160];     /* names merged into this one, comma list */
+
+    sd_mutex  list_lock;        /* guards partial, empty and their counts */
+    struct sd_list partial;     /* fullest first after a shrink */
+    size_t    nr_partial;
+    struct sd_list empty;       /* retained empty slabs, oldest last */
+    size_t    nr_empty;
+    size_t    nr_slabs;         /* slabs held (atomic) */
+    unsigned long stat[SD_NSTATS];  /* atomic counters */
+};
+
+extern struct sd_cache sd_malloc_caches[SD_NCLASSES];
+extern struct sd_cache *sd_caches[SD_MAX_CACHES];
+extern sd_mutex sd_caches_lock;     /* guards sd_caches[] and creation */
+
+static inline void cache_stat_add(struct sd_cache *c, enum sd_stat i,
+                                  unsigned long n)
+{
+    __atomic_fetch_add(&c->stat[i], n, __ATOMIC_RELAXED);
+}
+
+/* One-time set-up of the malloc caches (idempotent). */
+void cache_init(void);
+/* Create a slab for c: formatted, unlocked, on no list.  NULL + ENOMEM. */
+struct slab *cache_slab_new(struct sd_cache *c);
+/* Give a slab that is off every list (state RELEASING) back to the OS;
+ * returns bytes released. */
+size_t cache_slab_release(struct sd_cache *c, struct slab *s);
+/* Put back a slab that was ACTIVE or FROZEN (slab locked by the caller,
+ * who keeps the lock): onto partial (head or tail), FULL, or empty/
+ * RELEASING.  Returns 1 if the caller must release it (after unlocking). */
+int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail);
+/* Take a slab off partial (or the retained empties) with its lock held;
+ * NULL if none could be locked. */
+struct slab *cache_partial_take(struct sd_cache *c);
+/* Release retained empty slabs: all, or those past the decay.  Returns
+ * bytes released. */
+size_t cache_release_empty(struct sd_cache *c, int all);
+
+/* Figures for statistics; objects_inuse excludes thread-private lists. */
+struct cache_usage {
+    size_t slabs, partial, active, full, frozen, empty;
+    size_t objects_inuse;
+};
+void cache_usage(struct sd_cache *c, struct cache_usage *u);
+
+/* Fork support: every cache's list lock and every slab lock. */
+void cache_lock_all(void);
+void cache_unlock_all(int child);
+
+#endif

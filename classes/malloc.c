@@ -1,0 +1,178 @@
+/*
+ * classes/malloc.c - the malloc family on the size-class caches, with
+ * glibc's semantics (see malloc.h).
+ */
+#include "sdmalloc.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "large.h"
+#include "os.h"
+
+#define MAX_REQUEST ((size_t)PTRDIFF_MAX)
+
+static inline void *malloc_small(size_t n)
+{
+    unsigned cls = sizeclass_of(n);
+    return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
+}
+
+static void *malloc_large(size_t n, size_t align, int zero)
+{
+    tcache_check_get("malloc");
+    if (n > MAX_REQUEST) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    large_decay();
+    return large_alloc(n, align, zero);
+}
+
+void *sdm_malloc(size_t n)
+{
+    if (likely(n <= SD_MAX_SMALL))
+        return malloc_small(n);
+    return malloc_large(n, 0, 0);
+}
+
+void sdm_free(void *p)
+{
+    if (unlikely(!p))
+        return;
+    struct slab *s = segment_slab_of(p);
+    if (likely(s)) {
+        cache_free_fast(s, p, "free");
+        return;
+    }
+    int saved = errno;
+    free_not_slab(p, "free");
+    errno = saved;
+}
+
+void *sdm_calloc(size_t n, size_t size)
+{
+    size_t total;
+    if (unlikely(__builtin_mul_overflow(n, size, &total))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (likely(total <= SD_MAX_SMALL)) {
+        void *p = malloc_small(total);
+        if (p)
+            memset(p, 0, total);
+        return p;
+    }
+    return malloc_large(total, 0, 1);
+}
+
+/* Usable bytes of p, reporting `call` for a pointer that is not ours. */
+static size_t usable_checked(const void *p, const char *call)
+{
+    struct slab *s = segment_slab_of(p);
+    if (s) {
+        unsigned st = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+        if (st < SLAB_ACTIVE || st > SLAB_FROZEN || !slab_contains(s, p))
+            report_invalid(call, p);
+        return s->cache->object_size < s->size && !s->cache->is_malloc
+                   ? s->cache->object_size : s->size;
+    }
+    size_t n = large_usable(p);
+    if (!n)
+        report_invalid(call, p);
+    return n;
+}
+
+size_t sdm_usable_size(const void *p)
+{
+    if (!p)
+        return 0;
+    return usable_checked(p, "malloc_usable_size");
+}
+
+void *sdm_realloc(void *p, size_t n)
+{
+    if (!p)
+        return sdm_malloc(n);
+    if (n == 0) {
+        sdm_free(p);
+        return NULL;
+    }
+    size_t have = usable_checked(p, "realloc");
+    struct slab *s = segment_slab_of(p);
+    if (s) {
+        /* Stay put when the new size rounds to the same class. */
+        if (n <= have && (have <= 256 ? n + 16 > have : n > have - have / 8))
+            return p;
+    } else if (n > SD_MAX_SMALL) {
+        tcache_check_get("realloc");
+        if (n > MAX_REQUEST) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        if (((uintptr_t)p & (SD_PAGE_SIZE - 1)) == 0)
+            return large_realloc(p, n);
+    }
+    void *q = sdm_malloc(n);
+    if (!q)
+        return NULL;
+    memcpy(q, p, have < n ? have : n);
+    sdm_free(p);
+    return q;
+}
+
+void *sdm_reallocarray(void *p, size_t n, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return sdm_realloc(p, total);
+}
+
+void *sdm_memalign(size_t align, size_t n)
+{
+    if (align == 0 || (align & (align - 1))) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (align <= SD_MIN_ALIGN)
+        return sdm_malloc(n);
+    if (n <= SD_MAX_SMALL) {
+        int cls = sizeclass_aligned(n < align ? align : n, align);
+        if (cls >= 0)
+            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
+    }
+    return malloc_large(n, align, 0);
+}
+
+int sdm_posix_memalign(void **out, size_t align, size_t n)
+{
+    if (align < sizeof(void *) || (align & (align - 1)))
+        return EINVAL;
+    int saved = errno;
+    void *p = sdm_memalign(align, n);
+    if (!p) {
+        int err = errno;
+        errno = saved;
+        return err ? err : ENOMEM;
+    }
+    errno = saved;
+    *out = p;
+    return 0;
+}
+
+int sdm_trim(void)
+{
+    size_t bytes = large_trim();
+    tcache_flush(&sd_tc);
+    for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
+        struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
+        if (c)
+            bytes += cache_release_empty(c, 1);
+    }
+    return bytes > 0;
+}

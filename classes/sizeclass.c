@@ -1,0 +1,49 @@
+/*
+ * classes/sizeclass.c - the class table and slab geometry.
+ */
+#include "sizeclass.h"
+
+#include "segment.h"
+#include "slab.h"
+
+#define S16(i) (16u * (i))
+#define D8(k)  (1u << (k)) + 1u * (1u << ((k) - 3)), (1u << (k)) + 2u * (1u << ((k) - 3)), \
+               (1u << (k)) + 3u * (1u << ((k) - 3)), (1u << (k)) + 4u * (1u << ((k) - 3)), \
+               (1u << (k)) + 5u * (1u << ((k) - 3)), (1u << (k)) + 6u * (1u << ((k) - 3)), \
+               (1u << (k)) + 7u * (1u << ((k) - 3)), (1u << (k)) + 8u * (1u << ((k) - 3))
+
+const uint32_t sizeclass_size[SD_NCLASSES] = {
+    S16(1), S16(2), S16(3), S16(4), S16(5), S16(6), S16(7), S16(8),
+    S16(9), S16(10), S16(11), S16(12), S16(13), S16(14), S16(15), S16(16),
+    D8(8), D8(9), D8(10), D8(11), D8(12), D8(13), D8(14),
+};
+
+_Static_assert(sizeof sizeclass_size / sizeof sizeclass_size[0] == SD_NCLASSES,
+               "class table");
+
+int sizeclass_aligned(size_t n, size_t align)
+{
+    if (n > SD_MAX_SMALL)
+        return -1;
+    for (unsigned c = sizeclass_of(n); c < SD_NCLASSES; c++)
+        if (sizeclass_size[c] % align == 0)
+            return (int)c;
+    return -1;
+}
+
+/* The smallest slot with at least 8 objects and at most 1/8 of it left
+ * over; the largest slot otherwise. */
+void sizeclass_geometry(uint32_t size, unsigned *kind, uint32_t *capacity)
+{
+    for (unsigned k = 0; k < SEG_NKINDS; k++) {
+        size_t slot = seg_kind_bytes(k);
+        size_t cap = slot / size;
+        if (cap > SLAB_MAX_OBJECTS)
+            cap = SLAB_MAX_OBJECTS;
+        if ((cap >= 8 && (slot - cap * size) * 8 <= slot) || k == SEG_NKINDS - 1) {
+            *kind = k;
+            *capacity = (uint32_t)cap;
+            return;
+        }
+    }
+}

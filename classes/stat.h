@@ -1,0 +1,32 @@
+/*
+ * classes/stat.h - the per-cache counters: one list drives the enum, the
+ * names and every printer (API, exit report, slabinfo CLI).  Adding a
+ * counter is one line.  Counted on slow paths only, with relaxed atomics.
+ */
+#ifndef SD_CLASSES_STAT_H
+#define SD_CLASSES_STAT_H
+
+#define SD_CACHE_STATS(X)                                                   \
+    X(ALLOC_REFILL,     "alloc_refill",     "active slab refilled or replaced") \
+    X(ALLOC_DIRECT,     "alloc_direct",     "allocations under the slab lock") \
+    X(FREE_REMOTE,      "free_remote",      "frees to a slab the thread does not own") \
+    X(SLAB_NEW,         "slab_new",         "slabs created")                 \
+    X(SLAB_RELEASED,    "slab_released",    "slabs given back to the OS")    \
+    X(DEACTIVATE,       "deactivate",       "active slabs given back")       \
+    X(SHRINK_PASSES,    "shrink_passes",    "shrink passes over the cache")  \
+    X(VACATE_ATTEMPTS,  "vacate_attempts",  "slabs handed to get()/kick()")  \
+    X(VACATE_SUCCESSES, "vacate_successes", "slabs emptied by vacate")       \
+    X(OBJECTS_KICKED,   "objects_kicked",   "objects passed to kick()")      \
+    X(BYTES_RELEASED,   "bytes_released",   "bytes returned to the OS")      \
+    X(DEFRAG_MOVES,     "defrag_moves",     "blocks moved by sd_defrag_realloc")
+
+enum sd_stat {
+#define X(id, name, doc) SD_STAT_##id,
+    SD_CACHE_STATS(X)
+#undef X
+    SD_NSTATS
+};
+
+extern const char *const sd_stat_names[SD_NSTATS];
+
+#endif

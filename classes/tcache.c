@@ -1,0 +1,238 @@
+/*
+ * classes/tcache.c - thread caches: set-up, exit, the registry, and the
+ * get() guard.
+ *
+ * A thread's cache is TLS (initial-exec).  It is set up on the thread's
+ * first slow path; a pthread key's destructor gives its active slabs back
+ * at thread exit.  Until set-up completes (pthread_setspecific may itself
+ * allocate) and after exit, the thread allocates through the direct,
+ * locked path, so blocks it allocated can always be freed by others.
+ *
+ * The registry lock is a leaf (see classes/cache.c).
+ */
+#include "tcache.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "os.h"
+
+__thread struct tcache sd_tc __attribute__((tls_model("initial-exec"))) = {
+    .token = 1,
+};
+
+static sd_mutex registry_lock = SD_MUTEX_INIT;
+static struct sd_list registry = { &registry, &registry };
+static pthread_key_t exit_key;
+static int key_state;               /* 0 none, 1 creating, 2 ready */
+
+uint32_t sd_self_tid(void)
+{
+    uint32_t t = sd_tc.tid;
+    if (unlikely(!t))
+        t = sd_tc.tid = os_gettid();
+    return t;
+}
+
+void sd_spin_self_deadlock(const sd_spin *l)
+{
+    if (sd_tc.in_get)
+        sd_fatal("get() of cache %s called the allocator (it runs with the "
+                 "slab locked and must not allocate or free)",
+                 sd_tc.get_cache ? sd_tc.get_cache->name : "?");
+    sd_fatal("slab lock %p taken twice by thread %u", (const void *)l,
+             sd_self_tid());
+}
+
+static void thread_exit(void *arg)
+{
+    struct tcache *t = arg;
+    if (t != &sd_tc)
+        return;
+    tcache_flush(t);
+    sd_mutex_lock(&registry_lock);
+    list_del(&t->link);
+    sd_mutex_unlock(&registry_lock);
+    t->state = TC_DEAD;
+    t->token = 1;
+}
+
+int tcache_init(void)
+{
+    struct tcache *t = &sd_tc;
+    if (t->state != TC_NEW)
+        return t->state == TC_LIVE ? 0 : -1;
+    t->state = TC_INIT;
+    cache_init();
+    sd_self_tid();
+    if (__atomic_load_n(&key_state, __ATOMIC_ACQUIRE) != 2) {
+        int expect = 0;
+        if (__atomic_compare_exchange_n(&key_state, &expect, 1, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            if (pthread_key_create(&exit_key, thread_exit)) {
+                __atomic_store_n(&key_state, 0, __ATOMIC_RELEASE);
+                t->state = TC_NEW;
+                return -1;
+            }
+            __atomic_store_n(&key_state, 2, __ATOMIC_RELEASE);
+        } else {
+            t->state = TC_NEW;          /* another thread is creating it */
+            return -1;
+        }
+    }
+    if (pthread_setspecific(exit_key, t)) {
+        t->state = TC_NEW;
+        return -1;
+    }
+    sd_mutex_lock(&registry_lock);
+    list_add_tail(&registry, &t->link);
+    sd_mutex_unlock(&registry_lock);
+    t->token = (uintptr_t)t;
+    t->state = TC_LIVE;
+    return 0;
+}
+
+struct tbin *tcache_ubin(uint16_t id)
+{
+    struct tcache *t = &sd_tc;
+    if (t->state != TC_LIVE && tcache_init())
+        return NULL;
+    if (!t->ubins) {
+        if (t->in_get)
+            return NULL;
+        void *m;
+        size_t bytes = (SD_MAX_CACHES - SD_NCLASSES) * sizeof(struct tbin);
+        bytes = (bytes + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
+        if (os_map_aligned(bytes, SD_PAGE_SIZE, &m))
+            return NULL;
+        t->ubins = m;
+    }
+    return &t->ubins[id - SD_NCLASSES];
+}
+
+void tcache_flush_bin(struct tbin *b)
+{
+    struct slab *s = b->slab;
+    if (!s)
+        return;
+    struct sd_cache *c = s->cache;
+    sd_spin_lock(&s->lock);
+    if (b->free) {
+        void *tail = b->free;
+        while (*(void **)tail)
+            tail = *(void **)tail;
+        *(void **)tail = s->freelist;
+        s->freelist = b->free;
+        s->inuse -= b->nfree;
+    }
+    b->free = NULL;
+    b->nfree = 0;
+    b->slab = NULL;
+    int release = cache_slab_settle_locked(c, s, 0);
+    sd_spin_unlock(&s->lock);
+    cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
+    if (release)
+        cache_slab_release(c, s);
+}
+
+void tcache_flush(struct tcache *t)
+{
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        tcache_flush_bin(&t->bins[i]);
+    if (t->ubins)
+        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+            tcache_flush_bin(&t->ubins[i]);
+}
+
+size_t tcache_private_objects(uint16_t id)
+{
+    size_t n = 0;
+    sd_mutex_lock(&registry_lock);
+    for (struct sd_list *l = registry.next; l != &registry; l = l->next) {
+        struct tcache *t = list_entry(l, struct tcache, link);
+        const struct tbin *b = id < SD_NCLASSES ? &t->bins[id]
+            : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
+        if (b)
+            n += __atomic_load_n(&b->nfree, __ATOMIC_RELAXED);
+    }
+    sd_mutex_unlock(&registry_lock);
+    return n;
+}
+
+/* ---------------------------------------------------------------- */
+/* The get() guard                                                   */
+
+void tcache_guard_enter(struct tcache_guard *g, const struct sd_cache *c)
+{
+    struct tcache *t = &sd_tc;
+    for (unsigned i = 0; i < SD_NCLASSES; i++) {
+        g->free[i] = t->bins[i].free;
+        t->bins[i].free = NULL;
+    }
+    g->ubins = t->ubins;
+    g->token = t->token;
+    t->ubins = NULL;
+    t->token = 1;
+    t->get_cache = c;
+    t->in_get = 1;
+}
+
+void tcache_guard_leave(struct tcache_guard *g)
+{
+    struct tcache *t = &sd_tc;
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        t->bins[i].free = g->free[i];
+    t->ubins = g->ubins;
+    t->token = g->token;
+    t->in_get = 0;
+    t->get_cache = NULL;
+}
+
+void tcache_check_get(const char *call)
+{
+    if (unlikely(sd_tc.in_get))
+        sd_fatal("%s() called from get() of cache %s: get() runs with the "
+                 "slab locked and must not call the allocator",
+                 call, sd_tc.get_cache ? sd_tc.get_cache->name : "?");
+}
+
+/* ---------------------------------------------------------------- */
+/* Fork                                                              */
+
+void tcache_lock_registry(void) { sd_mutex_lock(&registry_lock); }
+
+void tcache_unlock_registry(int child)
+{
+    if (child)
+        sd_mutex_reset_child(&registry_lock);
+    else
+        sd_mutex_unlock(&registry_lock);
+}
+
+/* In the child only the forking thread exists.  The other threads' caches
+ * are still mapped (their stacks were copied): give their active slabs and
+ * private lists back so that nothing they held is lost.  Called with every
+ * allocator lock already released. */
+void tcache_after_fork_child(void)
+{
+    struct tcache *t = &sd_tc;
+    t->tid = os_gettid();
+    struct sd_list others;
+    list_init(&others);
+    sd_mutex_lock(&registry_lock);
+    while (!list_empty(&registry)) {
+        struct tcache *o = list_entry(registry.next, struct tcache, link);
+        list_del(&o->link);
+        if (o != t)
+            list_add_tail(&others, &o->link);
+    }
+    if (t->state == TC_LIVE)
+        list_add_tail(&registry, &t->link);
+    sd_mutex_unlock(&registry_lock);
+    while (!list_empty(&others)) {
+        struct tcache *o = list_entry(others.next, struct tcache, link);
+        list_del(&o->link);
+        tcache_flush(o);
+    }
+}

@@ -1,0 +1,67 @@
+/*
+ * classes/tcache.h - per-thread active slabs (SLUB's per-cpu slab).
+ *
+ * Each thread has a tbin per cache: its active slab and the private
+ * freelist taken from it.  The owner pops and pushes with no lock and no
+ * atomic instruction; every other thread frees into the slab's shared
+ * freelist under the slab lock.
+ */
+#ifndef SD_CLASSES_TCACHE_H
+#define SD_CLASSES_TCACHE_H
+
+#include "cache.h"
+
+struct tbin {
+    void        *free;          /* private freelist (owner only) */
+    struct slab *slab;          /* active slab, or NULL */
+    uint32_t     nfree;         /* objects on the private freelist */
+    uint32_t     pad;
+};
+
+enum tc_state { TC_NEW = 0, TC_INIT, TC_LIVE, TC_DEAD };
+
+struct tcache {
+    uintptr_t    token;         /* slab->owner of our active slabs; 1 = none */
+    uint32_t     tid;           /* gettid(), for the slab locks */
+    uint8_t      state;         /* enum tc_state */
+    uint8_t      in_get;        /* inside a get() callback */
+    const struct sd_cache *get_cache;  /* whose get() */
+    struct tbin *ubins;         /* bins of typed caches, or NULL */
+    struct sd_list link;        /* registry of live thread caches */
+    struct tbin  bins[SD_NCLASSES];
+};
+
+extern __thread struct tcache sd_tc __attribute__((tls_model("initial-exec")));
+
+/* The tbin of cache id for this thread (typed caches: may set up ubins;
+ * NULL if that fails or the thread has no cache). */
+struct tbin *tcache_ubin(uint16_t id);
+
+/* Set up this thread's cache (state NEW -> LIVE); 0 or -1 (then use the
+ * direct, locked path). */
+int tcache_init(void);
+/* Give every active slab of this thread back (thread exit, shrink). */
+void tcache_flush(struct tcache *t);
+/* Give back this thread's active slab of one cache. */
+void tcache_flush_bin(struct tbin *b);
+/* Objects on all live threads' private lists for cache id (racy reads;
+ * exact at a quiescent point). */
+size_t tcache_private_objects(uint16_t id);
+
+/* get() guard: while a get() runs, every allocator entry of this thread
+ * falls to a slow path that reports the misuse. */
+struct tcache_guard {
+    void     *free[SD_NCLASSES];
+    struct tbin *ubins;
+    uintptr_t token;
+};
+void tcache_guard_enter(struct tcache_guard *g, const struct sd_cache *c);
+void tcache_guard_leave(struct tcache_guard *g);
+/* Called by slow paths: aborts with a report if inside get(). */
+void tcache_check_get(const char *call);
+
+void tcache_lock_registry(void);
+void tcache_unlock_registry(int child);
+void tcache_after_fork_child(void);
+
+#endif

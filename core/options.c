@@ -1,0 +1,206 @@
+/*
+ * core/options.c - the options table and its parser.  getenv appears
+ * nowhere else; nothing here allocates (it runs inside the first malloc).
+ *
+ * A bad value (unparsable, out of range) or an unknown SLABDEFRAG_ name is
+ * reported in one line naming the variable and what it accepts; the
+ * process goes on with the default.
+ */
+#include "options.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fmt.h"
+
+extern char **environ;
+
+struct sd_options sd_opt = {
+    .decay_ms = 1000,
+    .retain_empty = 1,
+    .min_partial = 2,
+    .shrink_interval_ms = 1000,
+    .pass_budget_ms = 5,
+    .psi = 1,
+};
+
+enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG };
+
+static const struct option {
+    const char   *name;        /* after SLABDEFRAG_ */
+    enum opt_type type;
+    uint32_t     *value;
+    uint32_t      min, max;
+} table[] = {
+    /* name                type        value                       min  max */
+    { "DECAY_MS",          OPT_UINT,  &sd_opt.decay_ms,           0, 600000 },
+    { "RETAIN_EMPTY",      OPT_UINT,  &sd_opt.retain_empty,       0, 1024 },
+    { "MIN_PARTIAL",       OPT_UINT,  &sd_opt.min_partial,        0, 1000 },
+    { "SHRINK_INTERVAL_MS",OPT_UINT,  &sd_opt.shrink_interval_ms, 10, 3600000 },
+    { "PASS_BUDGET_MS",    OPT_UINT,  &sd_opt.pass_budget_ms,     1, 10000 },
+    { "RSS_LIMIT_MB",      OPT_UINT,  &sd_opt.rss_limit_mb,       0, 1u << 30 },
+    { "BACKGROUND",        OPT_BOOL,  &sd_opt.background,         0, 1 },
+    { "PSI",               OPT_BOOL,  &sd_opt.psi,                0, 1 },
+    { "STATS",             OPT_STATS, &sd_opt.stats,              0, 2 },
+    { "CONTROL",           OPT_BOOL,  &sd_opt.control,            0, 1 },
+    { "DEBUG",             OPT_DEBUG, &sd_opt.debug,              0, 0 },
+};
+
+static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+    uint64_t v = 0;
+    if (!*s)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+        if (v > max)
+            return -1;
+    }
+    if (v < min)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_debug(const char *s)
+{
+    uint32_t bits = 0;
+    const char *p = s;
+    for (; *p && *p != ','; p++) {
+        switch (*p) {
+        case 'F': bits |= SD_DEBUG_F; break;
+        case 'Z': bits |= SD_DEBUG_Z; break;
+        case 'P': bits |= SD_DEBUG_P; break;
+        case 'U': bits |= SD_DEBUG_U; break;
+        case 'T': bits |= SD_DEBUG_T; break;
+        case '-': break;
+        default: return -1;
+        }
+    }
+    if (p == s)
+        bits = SD_DEBUG_F | SD_DEBUG_Z | SD_DEBUG_P | SD_DEBUG_U;
+    size_t n = *p ? strlen(p + 1) : 0;
+    if (n >= sizeof sd_opt.debug_caches)
+        return -1;
+    if (n)
+        memcpy(sd_opt.debug_caches, p + 1, n + 1);
+    sd_opt.debug = bits;
+    return 0;
+}
+
+static void apply(const char *name, const char *val)
+{
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        const struct option *o = &table[i];
+        if (strcmp(o->name, name))
+            continue;
+        int bad = 0;
+        switch (o->type) {
+        case OPT_UINT:
+            if (parse_uint(val, o->min, o->max, o->value)) {
+                sd_warn("SLABDEFRAG_%s=%s: expected a whole number from %u to %u; "
+                        "using %u", name, val, o->min, o->max, *o->value);
+            }
+            return;
+        case OPT_BOOL:
+            if (!strcmp(val, "1") || !strcmp(val, "yes") || !strcmp(val, "on"))
+                *o->value = 1;
+            else if (!strcmp(val, "0") || !strcmp(val, "no") || !strcmp(val, "off"))
+                *o->value = 0;
+            else
+                bad = 1;
+            if (bad)
+                sd_warn("SLABDEFRAG_%s=%s: expected 0 or 1; using %u", name, val,
+                        *o->value);
+            return;
+        case OPT_STATS:
+            if (!strcmp(val, "0") || !strcmp(val, "off"))
+                *o->value = SD_STATS_OFF;
+            else if (!strcmp(val, "1") || !strcmp(val, "text"))
+                *o->value = SD_STATS_TEXT;
+            else if (!strcmp(val, "json"))
+                *o->value = SD_STATS_JSON;
+            else
+                sd_warn("SLABDEFRAG_STATS=%s: expected 0, 1 or json; using 0", val);
+            return;
+        case OPT_DEBUG:
+            if (parse_debug(val))
+                sd_warn("SLABDEFRAG_DEBUG=%s: expected letters from FZPUT, "
+                        "optionally followed by ,cache[,cache...]; debugging off", val);
+            return;
+        }
+    }
+    sd_warn("SLABDEFRAG_%s: unknown option (see the options table in README.md)",
+            name);
+}
+
+static void parse_one(const char *kv)
+{
+    static const char prefix[] = "SLABDEFRAG_";
+    if (strncmp(kv, prefix, sizeof prefix - 1))
+        return;
+    const char *name = kv + sizeof prefix - 1;
+    const char *eq = strchr(name, '=');
+    if (!eq)
+        return;
+    char key[64];
+    size_t n = (size_t)(eq - name);
+    if (n >= sizeof key)
+        n = sizeof key - 1;
+    memcpy(key, name, n);
+    key[n] = 0;
+    apply(key, eq + 1);
+}
+
+/* Before libc has set environ (the very first malloc may come from the
+ * dynamic linker), read the kernel's copy. */
+static void parse_proc_environ(void)
+{
+    static char buf[32768];
+    int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 &&
+           (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    buf[len] = 0;
+    for (size_t i = 0; i < len; i += strlen(buf + i) + 1)
+        parse_one(buf + i);
+}
+
+void options_init(void)
+{
+    static int done;
+    if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        return;
+    if (environ) {
+        for (char **e = environ; *e; e++)
+            parse_one(*e);
+    } else {
+        parse_proc_environ();
+    }
+}
+
+int options_debug_wants(const char *name)
+{
+    if (!sd_opt.debug)
+        return 0;
+    const char *l = sd_opt.debug_caches;
+    if (!*l)
+        return 1;
+    size_t n = strlen(name);
+    while (*l) {
+        const char *c = strchr(l, ',');
+        size_t m = c ? (size_t)(c - l) : strlen(l);
+        if (m == n && !strncmp(l, name, n))
+            return 1;
+        l += m + (c ? 1 : 0);
+    }
+    return 0;
+}

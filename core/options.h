@@ -1,0 +1,43 @@
+/*
+ * core/options.h - every option, from SLABDEFRAG_<NAME> environment
+ * variables.  The table in core/options.c is the one place they are
+ * declared and parsed; README.md has the same table for users.
+ */
+#ifndef SD_CORE_OPTIONS_H
+#define SD_CORE_OPTIONS_H
+
+#include <stdint.h>
+
+enum { SD_STATS_OFF, SD_STATS_TEXT, SD_STATS_JSON };
+
+/* Debug letters, as the kernel's slub_debug. */
+#define SD_DEBUG_F 0x1u   /* sanity checks on every operation */
+#define SD_DEBUG_Z 0x2u   /* red zones */
+#define SD_DEBUG_P 0x4u   /* poisoning */
+#define SD_DEBUG_U 0x8u   /* store allocating/freeing call sites */
+#define SD_DEBUG_T 0x10u  /* trace every operation */
+
+struct sd_options {
+    uint32_t decay_ms;             /* empty slabs / cached big blocks kept */
+    uint32_t retain_empty;         /* empty slabs kept per cache */
+    uint32_t min_partial;          /* partial slabs a shrink leaves alone */
+    uint32_t shrink_interval_ms;   /* background shrinker period */
+    uint32_t pass_budget_ms;       /* time bound of one background pass */
+    uint32_t rss_limit_mb;         /* shrink when RSS exceeds this; 0 off */
+    uint32_t background;           /* start the shrinker in any process */
+    uint32_t psi;                  /* watch PSI and cgroup memory events */
+    uint32_t stats;                /* SD_STATS_* at exit */
+    uint32_t control;              /* serve the slabinfo socket */
+    uint32_t debug;                /* SD_DEBUG_* letters */
+    char     debug_caches[256];    /* comma list of cache names; "" = all */
+};
+
+extern struct sd_options sd_opt;
+
+/* Parse the environment once (idempotent, does not allocate).  Bad values
+ * are reported on stderr, one line each, and the default is kept. */
+void options_init(void);
+/* Does debugging apply to the cache of this name? */
+int options_debug_wants(const char *cache_name);
+
+#endif

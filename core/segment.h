@@ -1,0 +1,69 @@
+/*
+ * core/segment.h - segments, slots and pointer -> slab lookup.
+ *
+ * A segment is 4 MiB of address space of one kind; each kind cuts it into
+ * equal slots, one slab per slot.  Segments are never unmapped (a slab
+ * descriptor stays readable for the life of the process, so a stale
+ * pointer handed to sd_vacate() or free() is diagnosed, not a crash); the
+ * memory of free slots is purged back to the OS.
+ */
+#ifndef SD_CORE_SEGMENT_H
+#define SD_CORE_SEGMENT_H
+
+#include "types.h"
+
+enum { SEG_KIND_16K, SEG_KIND_64K, SEG_KIND_256K, SEG_NKINDS };
+
+static inline unsigned seg_kind_shift(unsigned kind) { return 14 + 2 * kind; }
+static inline size_t seg_kind_bytes(unsigned kind) { return 1UL << seg_kind_shift(kind); }
+
+/* A slot of `kind` for a new slab: descriptor zeroed except start/kind,
+ * memory zero.  NULL when out of memory (errno ENOMEM).  Takes the kind's
+ * lock; call with no other allocator lock held. */
+struct slab *segment_slab_alloc(unsigned kind);
+/* Purge the slab's memory and give its slot back.  The slab must be off
+ * every list and unlocked; call with no other allocator lock held.
+ * Returns the bytes purged. */
+size_t segment_slab_free(struct slab *s);
+
+extern uint64_t *segment_map;   /* bit per 4 MiB of address space */
+
+/* The segment holding p, or NULL if p is not in one of ours. */
+static inline struct segment *segment_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint64_t *map = __atomic_load_n(&segment_map, __ATOMIC_ACQUIRE);
+    if (unlikely(!map) || unlikely(a >> SD_VA_BITS))
+        return NULL;
+    uintptr_t i = a >> SD_SEGMENT_SHIFT;
+    if (!(map[i >> 6] >> (i & 63) & 1))
+        return NULL;
+    return (struct segment *)(a & ~(SD_SEGMENT_SIZE - 1));
+}
+
+/* The slab descriptor of the slot holding p (any state), or NULL if p is
+ * not in a segment or lies in a segment header. */
+static inline struct slab *segment_slab_of(const void *p)
+{
+    struct segment *seg = segment_of(p);
+    if (!seg)
+        return NULL;
+    uintptr_t slot = ((uintptr_t)p - (uintptr_t)seg) >> seg->slot_shift;
+    if (unlikely(slot < seg->first))
+        return NULL;
+    return &seg->slabs[slot];
+}
+
+/* Iterate over every slab descriptor in use (for fork, stats, validation).
+ * Takes each kind's lock around its walk unless `locked` says the caller
+ * holds them (segment_lock_all). */
+void segment_for_each_slab(void (*fn)(struct slab *s, void *arg), void *arg,
+                           int locked);
+/* Bytes of address space mapped for segments, and slots in use. */
+void segment_usage(size_t *mapped, size_t *slots_used);
+
+/* Fork support: take/release every kind lock. */
+void segment_lock_all(void);
+void segment_unlock_all(int child);
+
+#endif

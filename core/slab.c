@@ -1,0 +1,67 @@
+/*
+ * core/slab.c - freelist formatting, collection and resequencing.
+ */
+#include "slab.h"
+
+#include <string.h>
+
+void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
+                 void (*ctor)(void *))
+{
+    s->size = size;
+    s->capacity = capacity;
+    s->recip = ((1ULL << 40) + size - 1) / size;
+    s->inuse = 0;
+    void **prev = &s->freelist;
+    for (uint32_t i = 0; i < capacity; i++) {
+        void *obj = slab_object(s, i);
+        if (ctor)
+            ctor(obj);
+        *prev = obj;
+        prev = (void **)obj;
+    }
+    *prev = NULL;
+}
+
+int slab_free_map(const struct slab *s, uint64_t *map)
+{
+    memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));
+    int n = 0;
+    for (void *p = s->freelist; p; p = *(void **)p) {
+        if (!slab_contains(s, p))
+            return -1;
+        uint32_t i = slab_index(s, p);
+        if (map[i >> 6] >> (i & 63) & 1)
+            return -1;              /* cycle, or an object freed twice */
+        map[i >> 6] |= 1ULL << (i & 63);
+        n++;
+    }
+    return n;
+}
+
+int slab_collect_inuse(const struct slab *s, void **vec)
+{
+    uint64_t map[SLAB_MAX_OBJECTS / 64];
+    if (slab_free_map(s, map) < 0)
+        return -1;
+    int n = 0;
+    for (uint32_t i = 0; i < s->capacity; i++)
+        if (!(map[i >> 6] >> (i & 63) & 1))
+            vec[n++] = slab_object(s, i);
+    return n;
+}
+
+void slab_resequence(struct slab *s)
+{
+    uint64_t map[SLAB_MAX_OBJECTS / 64];
+    if (slab_free_map(s, map) < 0)
+        return;                     /* leave a corrupt list for validation */
+    void **prev = &s->freelist;
+    for (uint32_t i = 0; i < s->capacity; i++)
+        if (map[i >> 6] >> (i & 63) & 1) {
+            void *obj = slab_object(s, i);
+            *prev = obj;
+            prev = (void **)obj;
+        }
+    *prev = NULL;
+}

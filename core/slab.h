@@ -1,0 +1,36 @@
+/*
+ * core/slab.h - the slab freelist: formatting, collecting and
+ * resequencing.  Callers hold the slab lock (or own a slab nobody else can
+ * see yet).
+ */
+#ifndef SD_CORE_SLAB_H
+#define SD_CORE_SLAB_H
+
+#include "types.h"
+
+#define SLAB_MAX_OBJECTS 4096
+
+/* Carve s (start, kind set) into capacity objects of `size` bytes, all on
+ * the freelist in address order; run ctor on each if given. */
+void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
+                 void (*ctor)(void *));
+/* Mark the free objects in bitmap `map` (capacity bits, cleared first).
+ * Returns the number of free objects; -1 if the freelist is corrupt (a
+ * pointer outside the slab, misaligned, or a cycle). */
+int slab_free_map(const struct slab *s, uint64_t *map);
+/* Allocated objects in address order into vec; returns their number, or -1
+ * on a corrupt freelist. */
+int slab_collect_inuse(const struct slab *s, void **vec);
+/* Rebuild the freelist in address order (patch 02/10's
+ * resequence_freelist), so that objects are handed out ascending. */
+void slab_resequence(struct slab *s);
+/* Is p the address of an object of s (inside and on a boundary)? */
+static inline int slab_contains(const struct slab *s, const void *p)
+{
+    uintptr_t off = (uintptr_t)p - (uintptr_t)s->start;
+    if (off >= (uintptr_t)s->capacity * s->size)
+        return 0;
+    return (uintptr_t)slab_index(s, p) * s->size == off;
+}
+
+#endif

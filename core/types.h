@@ -1,0 +1,119 @@
+/*
+ * core/types.h - the map of the allocator's types and the invariants that
+ * tie their fields together.
+ *
+ *   segment   4 MiB, 4 MiB aligned, of one kind: an array of equal slots
+ *             (16 KiB, 64 KiB or 256 KiB).  Its header (first slots) holds
+ *             one struct slab per slot: descriptors live out of line, so
+ *             slab memory holds only objects.
+ *   slab      one slot carved into `capacity` objects of `size` bytes, owned
+ *             by one struct sd_cache (classes/cache.h).
+ *   tbin      a thread's active slab of one cache and its private freelist
+ *             (classes/tcache.h).
+ *   large     a block above the largest class: its own mapping, found
+ *             through a hash table (core/large.c).
+ *
+ * Invariants (slab):
+ *   inuse == capacity - |freelist|            (under the slab lock)
+ *   objects handed out == inuse - |owner's private list| (tbin.nfree)
+ *   owner != 0  <=>  state == SLAB_ACTIVE     (set/cleared under the lock)
+ *   state PARTIAL <=> on cache->partial; EMPTY <=> on cache->empty
+ *   free objects hold the next-free pointer in their first word.
+ *
+ * Pointer -> slab is O(1): a bit per 4 MiB of address space says "this is
+ * one of our segments"; the slot index is (p - segment) >> slot_shift.
+ */
+#ifndef SD_CORE_TYPES_H
+#define SD_CORE_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lock.h"
+
+#define SD_SEGMENT_SHIFT 22
+#define SD_SEGMENT_SIZE  (1UL << SD_SEGMENT_SHIFT)
+#define SD_VA_BITS       47
+#define SD_MIN_ALIGN     16
+
+struct sd_list {
+    struct sd_list *next, *prev;
+};
+
+static inline void list_init(struct sd_list *l) { l->next = l->prev = l; }
+static inline int list_empty(const struct sd_list *l) { return l->next == l; }
+static inline void list_add_head(struct sd_list *h, struct sd_list *n)
+{
+    n->next = h->next; n->prev = h;
+    h->next->prev = n; h->next = n;
+}
+static inline void list_add_tail(struct sd_list *h, struct sd_list *n)
+{
+    n->prev = h->prev; n->next = h;
+    h->prev->next = n; h->prev = n;
+}
+static inline void list_del(struct sd_list *n)
+{
+    n->prev->next = n->next; n->next->prev = n->prev;
+    n->next = n->prev = n;
+}
+#define list_entry(p, type, member) \
+    ((type *)((char *)(p) - __builtin_offsetof(type, member)))
+
+enum slab_state {
+    SLAB_UNUSED = 0,    /* slot holds no slab (or is segment header) */
+    SLAB_ACTIVE,        /* a thread's active slab: owner != 0, on no list */
+    SLAB_PARTIAL,       /* some objects free, on cache->partial */
+    SLAB_FULL,          /* no free object, on no list */
+    SLAB_EMPTY,         /* no object in use, retained on cache->empty */
+    SLAB_FROZEN,        /* being vacated: on no list, nothing allocated */
+    SLAB_RELEASING,     /* on its way back to the segment */
+};
+
+struct sd_cache;
+
+struct slab {
+    sd_spin   lock;           /* guards freelist, inuse, state, owner */
+    uint8_t   state;          /* enum slab_state */
+    uint8_t   kind;           /* segment kind (slot size) */
+    uint16_t  bin;            /* cache id: index of the owner's tbin */
+    uint32_t  inuse;          /* objects not on freelist */
+    uint32_t  capacity;       /* objects per slab */
+    uint32_t  size;           /* bytes between objects */
+    uint64_t  recip;          /* ceil(2^40 / size): offset -> index */
+    char     *start;          /* first object */
+    void     *freelist;       /* shared freelist (remote frees land here) */
+    uintptr_t owner;          /* tcache token of the active thread, or 0 */
+    struct sd_cache *cache;
+    struct sd_list link;      /* cache->partial or cache->empty */
+    uint64_t  empty_since;    /* ns, when it joined cache->empty */
+};
+
+struct segment {
+    uint32_t magic;           /* SEGMENT_MAGIC */
+    uint8_t  kind;
+    uint8_t  slot_shift;      /* log2 of slot bytes */
+    uint16_t nslots;          /* slots in the segment, header ones included */
+    uint16_t first;           /* first slot after the header */
+    uint16_t nfree;           /* free slots */
+    uint16_t hint;            /* where to start looking for a free slot */
+    struct sd_list link;      /* kind's list of segments */
+    uint64_t used[4];         /* bit per slot: 1 = holds a slab */
+    struct slab slabs[];      /* one per slot */
+};
+
+#define SEGMENT_MAGIC 0x5ddef7a6u
+
+/* Index of object p in its slab (p inside the slab). */
+static inline uint32_t slab_index(const struct slab *s, const void *p)
+{
+    uint64_t off = (uint64_t)((const char *)p - s->start);
+    return (uint32_t)((off * s->recip) >> 40);
+}
+
+static inline void *slab_object(const struct slab *s, uint32_t i)
+{
+    return s->start + (size_t)i * s->size;
+}
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * hooks/hint.c - defragmenting plain malloc memory, the Redis "active
+ * defrag" way: the application asks whether a block sits on a sparse slab
+ * and, if so, reallocates it into a fuller one and repoints its reference.
+ *
+ * A slab is worth emptying when it is on the partial list (not a thread's
+ * active slab, not full, not being vacated), at most a quarter full, and
+ * its cache has more partial slabs than it keeps anyway.  The new block
+ * comes from a partial slab more than a quarter full - never from a slab
+ * that is itself a candidate - so moves converge instead of ping-ponging.
+ */
+#include <string.h>
+
+#include "alloc.h"
+#include "cache.h"
+#include "options.h"
+#include "slabdefrag.h"
+
+#define SD_EXPORT __attribute__((visibility("default")))
+
+static struct slab *sparse_slab_of(const void *ptr)
+{
+    if (!ptr)
+        return NULL;
+    struct slab *s = segment_slab_of(ptr);
+    if (!s)
+        return NULL;
+    /* Racy reads: this is a hint, rechecked by the move itself. */
+    struct sd_cache *c = __atomic_load_n(&s->cache, __ATOMIC_RELAXED);
+    if (!c || __atomic_load_n(&s->state, __ATOMIC_RELAXED) != SLAB_PARTIAL)
+        return NULL;
+    if (!slab_contains(s, ptr))
+        return NULL;
+    uint32_t inuse = __atomic_load_n(&s->inuse, __ATOMIC_RELAXED);
+    if (inuse * 4 > s->capacity)
+        return NULL;
+    if (__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED) <= sd_opt.min_partial)
+        return NULL;
+    return s;
+}
+
+SD_EXPORT int sd_defrag_hint(const void *ptr)
+{
+    return sparse_slab_of(ptr) != NULL;
+}
+
+SD_EXPORT void *sd_defrag_realloc(void *ptr)
+{
+    struct slab *s = sparse_slab_of(ptr);
+    if (!s)
+        return ptr;
+    struct sd_cache *c = s->cache;
+    void *q = cache_alloc_direct(c, s, 1);
+    if (!q)
+        return ptr;
+    memcpy(q, ptr, c->size);
+    cache_stat_add(c, SD_STAT_DEFRAG_MOVES, 1);
+    cache_free_slow(s, ptr, "sd_defrag_realloc");
+    return q;
+}

@@ -1,0 +1,36 @@
+/*
+ * hooks/shrinker.h - the background shrinker thread.
+ */
+#ifndef SD_HOOKS_SHRINKER_H
+#define SD_HOOKS_SHRINKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Start the thread if it is not running (never call from inside malloc). */
+void shrinker_start(void);
+/* Wake it for an immediate pass (starting it if needed); 0 or -errno. */
+int shrinker_wake(void);
+/* Stop and join it (at exit). */
+void shrinker_stop(void);
+/* Record a pass made outside the thread (sd_shrink_all). */
+void shrinker_note_pass(size_t bytes);
+/* Fork: the child has no shrinker thread; restart it if there was one. */
+void shrinker_after_fork_child(void);
+
+/* Hook the control socket plugs into the thread's poll loop: fd to watch
+ * (or -1) and the handler run when it is readable. */
+void shrinker_set_control(int fd, void (*on_ready)(int fd));
+
+struct shrinker_stats {
+    int      running;
+    uint64_t passes;            /* background passes */
+    uint64_t wake_interval, wake_pressure, wake_explicit, wake_rss;
+    uint64_t bytes_released;    /* by every pass, API ones included */
+    uint64_t longest_pass_ns;   /* the longest background pass */
+    uint64_t longest_vacate_ns; /* the longest one slab stayed frozen */
+    uint64_t last_pass_ns;      /* monotonic time of the last pass */
+};
+void shrinker_get_stats(struct shrinker_stats *st);
+
+#endif

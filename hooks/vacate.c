@@ -1,0 +1,186 @@
+/*
+ * hooks/vacate.c - slab defragmentation: vacate one slab through the
+ * cache's get()/kick() callbacks, and shrink a cache.
+ *
+ * This follows patch 02/10 of Lameter's series exactly:
+ *   - the slab is frozen (off the partial list: nothing is allocated from
+ *     it) and locked; its allocated objects are collected in address order;
+ *   - get(s, nr, objs) runs with the slab lock held: frees of objects on
+ *     the slab spin on that lock until get() returns.  The thread's
+ *     allocator entry points are guarded meanwhile (tcache_guard_enter), so
+ *     a get() that allocates or frees is reported by name and aborts;
+ *   - the lock is dropped and kick(s, nr, objs, private) runs with no
+ *     allocator lock held: it may free, or allocate-copy-free (the new
+ *     objects come from the fullest partial slabs, as the shrink just
+ *     sorted them);
+ *   - the slab is relocked: in-use 0 means it is released to the OS;
+ *     otherwise its freelist is resequenced into address order and it goes
+ *     back to the tail of the partial list (or FULL).
+ * Lock order and slab states: classes/cache.c.
+ */
+#include "vacate.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "cache.h"
+#include "fmt.h"
+#include "sdmalloc.h"
+#include "options.h"
+#include "os.h"
+#include "slab.h"
+#include "slabdefrag.h"
+#include "tcache.h"
+
+uint64_t vacate_longest_ns;
+
+/* Vacate frozen slab s, locked by the caller; returns with it unlocked and
+ * either released or settled.  Returns the objects left on it. */
+static uint32_t vacate_locked(struct sd_cache *c, struct slab *s, void **vec,
+                              size_t *released)
+{
+    SD_ASSERT(sd_spin_held(&s->lock) && s->state == SLAB_FROZEN);
+    uint64_t t0 = os_now_ns();
+    if (s->inuse) {
+        int n = slab_collect_inuse(s, vec);
+        if (n > 0) {
+            cache_stat_add(c, SD_STAT_VACATE_ATTEMPTS, 1);
+            struct tcache_guard g;
+            tcache_guard_enter(&g, c);
+            void *priv = c->ops.get(c, n, vec);
+            tcache_guard_leave(&g);
+            sd_spin_unlock(&s->lock);
+            unsigned long kicked = 0;
+            for (int i = 0; i < n; i++)
+                kicked += vec[i] != NULL;
+            cache_stat_add(c, SD_STAT_OBJECTS_KICKED, kicked);
+            c->ops.kick(c, n, vec, priv);
+            sd_spin_lock(&s->lock);
+        }
+    }
+    uint32_t left = s->inuse;
+    int release;
+    if (left == 0) {
+        cache_stat_add(c, SD_STAT_VACATE_SUCCESSES, 1);
+        s->state = SLAB_RELEASING;
+        release = 1;
+    } else {
+        slab_resequence(s);
+        release = cache_slab_settle_locked(c, s, 1);
+    }
+    sd_spin_unlock(&s->lock);
+    if (release)
+        *released += cache_slab_release(c, s);
+    uint64_t dt = os_now_ns() - t0;
+    uint64_t old = __atomic_load_n(&vacate_longest_ns, __ATOMIC_RELAXED);
+    while (dt > old && !__atomic_compare_exchange_n(&vacate_longest_ns, &old, dt, 0,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    return left;
+}
+
+int sd_vacate(void *addr)
+{
+    struct slab *s = segment_slab_of(addr);
+    if (!s)
+        return 0;
+    struct sd_cache *c = __atomic_load_n(&s->cache, __ATOMIC_ACQUIRE);
+    if (!c || !c->has_ops)
+        return 0;
+    void **vec = sdm_malloc(c->capacity * sizeof(void *));
+    if (!vec)
+        return 0;
+    int vacated = 0;
+    sd_spin_lock(&s->lock);
+    if (s->cache != c || !s->inuse ||
+        (s->state != SLAB_PARTIAL && s->state != SLAB_FULL)) {
+        sd_spin_unlock(&s->lock);
+    } else {
+        if (s->state == SLAB_PARTIAL) {
+            sd_mutex_lock(&c->list_lock);
+            list_del(&s->link);
+            c->nr_partial--;
+            sd_mutex_unlock(&c->list_lock);
+        }
+        s->state = SLAB_FROZEN;
+        size_t released = 0;
+        vacated = vacate_locked(c, s, vec, &released) == 0;
+    }
+    sdm_free(vec);
+    return vacated;
+}
+
+size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline)
+{
+    cache_stat_add(c, SD_STAT_SHRINK_PASSES, 1);
+    size_t released = cache_release_empty(c, 1);
+    if (!__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED))
+        return released;
+
+    /* slabs_by_inuse, as in kmem_cache_shrink; the vector for get(). */
+    uint32_t cap = c->capacity;
+    struct sd_list *by_inuse = sdm_malloc((cap + 1) * sizeof(struct sd_list));
+    void **vec = c->has_ops ? sdm_malloc(cap * sizeof(void *)) : NULL;
+    if (!by_inuse || (c->has_ops && !vec)) {
+        sdm_free(by_inuse);
+        sdm_free(vec);
+        return released;
+    }
+    for (uint32_t i = 0; i <= cap; i++)
+        list_init(&by_inuse[i]);
+    struct sd_list zap;
+    list_init(&zap);
+
+    sd_mutex_lock(&c->list_lock);
+    while (!list_empty(&c->partial)) {
+        struct sd_list *l = c->partial.next;
+        struct slab *s = list_entry(l, struct slab, link);
+        uint32_t inuse = __atomic_load_n(&s->inuse, __ATOMIC_RELAXED);
+        list_del(l);
+        list_add_tail(&by_inuse[inuse <= cap ? inuse : cap], l);
+    }
+    for (uint32_t i = cap + 1; i-- > 0;)
+        while (!list_empty(&by_inuse[i])) {
+            struct sd_list *l = by_inuse[i].next;
+            list_del(l);
+            list_add_tail(&c->partial, l);
+        }
+    if (c->has_ops) {
+        /* Take the sparsest slabs off the tail. */
+        while (c->nr_partial > sd_opt.min_partial) {
+            struct slab *s = list_entry(c->partial.prev, struct slab, link);
+            if (!sd_spin_trylock(&s->lock))
+                break;
+            if (s->inuse * 4 > s->capacity) {
+                sd_spin_unlock(&s->lock);
+                break;
+            }
+            list_del(&s->link);
+            c->nr_partial--;
+            s->state = SLAB_FROZEN;
+            sd_spin_unlock(&s->lock);
+            list_add_tail(&zap, &s->link);
+        }
+    }
+    sd_mutex_unlock(&c->list_lock);
+
+    while (!list_empty(&zap)) {
+        struct slab *s = list_entry(zap.next, struct slab, link);
+        list_del(&s->link);
+        sd_spin_lock(&s->lock);
+        if (deadline && os_now_ns() > deadline) {
+            /* Out of time: back untouched. */
+            int release = cache_slab_settle_locked(c, s, 1);
+            if (release)
+                s->state = SLAB_RELEASING;
+            sd_spin_unlock(&s->lock);
+            if (release)
+                released += cache_slab_release(c, s);
+            continue;
+        }
+        vacate_locked(c, s, vec, &released);
+    }
+    sdm_free(by_inuse);
+    sdm_free(vec);
+    return released;
+}

@@ -1,0 +1,22 @@
+/*
+ * hooks/vacate.h - the shrink and vacate engine (patch 02/10).
+ */
+#ifndef SD_HOOKS_VACATE_H
+#define SD_HOOKS_VACATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct sd_cache;
+
+/* One shrink pass over c: release empty slabs, sort partial slabs fullest
+ * first, and (caches with get/kick) vacate those at most a quarter full
+ * while more than min_partial remain.  Slabs not reached before
+ * `deadline_ns` (0: none) go back to the partial list untouched.  Returns
+ * the bytes returned to the OS. */
+size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline_ns);
+
+/* The longest time one vacate kept a slab frozen, in ns. */
+extern uint64_t vacate_longest_ns;
+
+#endif
