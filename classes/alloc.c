@@ -39,8 +39,8 @@ static void activate_unlock(struct tbin *b, struct slab *s)
 void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
 {
     struct tcache *t = &sd_tc;
+    tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
     if (unlikely(t->state != TC_LIVE)) {
-        tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
         if (t->state == TC_NEW && tcache_init() == 0) {
             if (!c->is_malloc)
                 b = tcache_ubin(c->id);

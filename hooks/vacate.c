@@ -79,7 +79,7 @@ static uint32_t vacate_locked(struct sd_cache *c, struct slab *s, void **vec,
     return left;
 }
 
-int sd_vacate(void *addr)
+__attribute__((visibility("default"))) int sd_vacate(void *addr)
 {
     struct slab *s = segment_slab_of(addr);
     if (!s)
