@@ -45,7 +45,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
             if (!c->is_malloc)
                 b = tcache_ubin(c->id);
             if (b && b->free)
-                return cache_alloc_fast(c, b);
+                return cache_alloc_fast(c, b, c->fp_off);
         }
         if (t->state != TC_LIVE || !b)
             return cache_alloc_direct(c, NULL, 0);
@@ -63,7 +63,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
             s->freelist = NULL;
             s->inuse = s->capacity;
             sd_spin_unlock(&s->lock);
-            return cache_alloc_fast(c, b);
+            return cache_alloc_fast(c, b, c->fp_off);
         }
         s->owner = 0;                       /* full: let it go */
         s->state = SLAB_FULL;
@@ -81,8 +81,10 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         sd_spin_lock(&s->lock);
     }
     activate_unlock(b, s);
-    return cache_alloc_fast(c, b);
+    return cache_alloc_fast(c, b, c->fp_off);
 }
+
+static void *partial_pop_locked(struct sd_cache *c, struct slab *s);
 
 static int fuller_than_quarter(const struct slab *s)
 {
@@ -107,13 +109,7 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
             }
         }
         if (s) {
-            void *p = s->freelist;
-            s->freelist = *(void **)p;
-            if (++s->inuse == s->capacity) {
-                list_del(&s->link);
-                c->nr_partial--;
-                s->state = SLAB_FULL;
-            }
+            void *p = partial_pop_locked(c, s);
             sd_mutex_unlock(&c->list_lock);
             sd_spin_unlock(&s->lock);
             return p;
@@ -141,6 +137,61 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
     }
 }
 
+/* Pop one object of partial slab s (slab and list locked). */
+static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
+{
+    void *p = s->freelist;
+    s->freelist = *slab_fp(s, p);
+    if (++s->inuse == s->capacity) {
+        list_del(&s->link);
+        c->nr_partial--;
+        s->state = SLAB_FULL;
+        if (c->defrag_fill == s)
+            c->defrag_fill = NULL;
+    }
+    return p;
+}
+
+void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
+{
+    sd_mutex_lock(&c->list_lock);
+    struct slab *s = c->defrag_fill;
+    if (s && s != avoid && s->cache == c && s->state == SLAB_PARTIAL &&
+        sd_spin_trylock(&s->lock)) {
+        void *p = partial_pop_locked(c, s);
+        sd_mutex_unlock(&c->list_lock);
+        sd_spin_unlock(&s->lock);
+        return p;
+    }
+    c->defrag_fill = NULL;
+    struct slab *e = NULL;
+    for (struct sd_list *l = c->empty.next; l != &c->empty; l = l->next) {
+        struct slab *x = list_entry(l, struct slab, link);
+        if (sd_spin_trylock(&x->lock)) {
+            list_del(&x->link);
+            c->nr_empty--;
+            e = x;
+            break;
+        }
+    }
+    sd_mutex_unlock(&c->list_lock);
+    if (!e) {
+        e = cache_slab_new(c);
+        if (!e)
+            return NULL;
+        sd_spin_lock(&e->lock);
+    }
+    sd_mutex_lock(&c->list_lock);
+    e->state = SLAB_PARTIAL;
+    list_add_head(&c->partial, &e->link);
+    c->nr_partial++;
+    c->defrag_fill = e;
+    void *p = partial_pop_locked(c, e);
+    sd_mutex_unlock(&c->list_lock);
+    sd_spin_unlock(&e->lock);
+    return p;
+}
+
 void cache_free_slow(struct slab *s, void *p, const char *call)
 {
     tcache_check_get(call);
@@ -166,7 +217,7 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
         cache_free_fast(s, p, call);
         return;
     }
-    *(void **)p = s->freelist;
+    *slab_fp(s, p) = s->freelist;
     s->freelist = p;
     s->inuse--;
     int release = cache_slab_freed_locked(c, s);

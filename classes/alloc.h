@@ -23,6 +23,11 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
  * none) - sd_defrag_realloc's rule. */
 void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid,
                          int fullest);
+/* sd_defrag_realloc's destination when no partial slab is above a
+ * quarter: the cache's fill slab (a fresh or retained-empty slab at the
+ * head of the partial list that hints never point at), never `avoid`.
+ * NULL if none can be had. */
+void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid);
 /* Free p (an object boundary of live slab s is checked here). */
 void cache_free_slow(struct slab *s, void *p, const char *call)
     __attribute__((noinline));
@@ -33,12 +38,14 @@ void report_invalid(const char *call, const void *p)
 void report_double_free(const char *call, const void *p,
                         const struct sd_cache *c) __attribute__((noreturn, cold));
 
-static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b)
+/* fpo: the cache's free-pointer offset (a constant 0 for malloc). */
+static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b,
+                                     unsigned fpo)
 {
     void *p = b->free;
     if (unlikely(!p))
         return cache_alloc_slow(c, b);
-    b->free = *(void **)p;
+    b->free = *(void **)((char *)p + fpo);
     b->nfree--;
     return p;
 }
@@ -51,7 +58,7 @@ static inline void cache_free_fast(struct slab *s, void *p, const char *call)
                                               : &sd_tc.ubins[s->bin - SD_NCLASSES];
         if (unlikely(p == b->free))
             report_double_free(call, p, s->cache);
-        *(void **)p = b->free;
+        *slab_fp(s, p) = b->free;
         b->free = p;
         b->nfree++;
         return;

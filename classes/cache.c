@@ -145,7 +145,11 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
         align = 64;
     if (align < SD_MIN_ALIGN)
         align = SD_MIN_ALIGN;
-    uint32_t stride = (uint32_t)((size + align - 1) & ~(align - 1));
+    /* With a ctor, a free object must stay constructed (SLUB puts the free
+     * pointer past the object then): the stride gets a word for it. */
+    size_t fp_off = ctor ? (size + sizeof(void *) - 1) & ~(sizeof(void *) - 1) : 0;
+    size_t need = ctor ? fp_off + sizeof(void *) : size;
+    uint32_t stride = (uint32_t)((need + align - 1) & ~(align - 1));
     int merge = !ctor && !ops && !(flags & SD_NO_MERGE);
 
     sd_mutex_lock(&sd_caches_lock);
@@ -179,6 +183,7 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
     cache_setup(c, (uint16_t)id, name, (uint32_t)size, stride, (uint32_t)align);
     c->flags = flags;
     c->ctor = ctor;
+    c->fp_off = (uint16_t)fp_off;
     if (ops) {
         c->ops = *ops;
         c->has_ops = 1;
@@ -196,7 +201,7 @@ struct slab *cache_slab_new(struct sd_cache *c)
     struct slab *s = segment_slab_alloc(c->kind);
     if (!s)
         return NULL;
-    slab_format(s, c->size, c->capacity, c->ctor);
+    slab_format(s, c->size, c->capacity, c->fp_off, c->ctor);
     s->cache = c;
     s->bin = c->id;
     __atomic_fetch_add(&c->nr_slabs, 1, __ATOMIC_RELAXED);
@@ -225,11 +230,13 @@ static void partial_add_locked(struct sd_cache *c, struct slab *s, int tail)
     c->nr_partial++;
 }
 
-static void partial_del_locked(struct sd_cache *c, struct slab *s)
+void cache_partial_del_locked(struct sd_cache *c, struct slab *s)
 {
     SD_ASSERT(sd_mutex_held(&c->list_lock) && s->state == SLAB_PARTIAL);
     list_del(&s->link);
     c->nr_partial--;
+    if (c->defrag_fill == s)
+        c->defrag_fill = NULL;
 }
 
 /* An empty slab: keep it (up to retain_empty) or hand it back. */
@@ -275,7 +282,7 @@ int cache_slab_freed_locked(struct sd_cache *c, struct slab *s)
     if (s->state != SLAB_PARTIAL || s->inuse)
         return 0;
     sd_mutex_lock(&c->list_lock);
-    partial_del_locked(c, s);
+    cache_partial_del_locked(c, s);
     int release = empty_add_locked(c, s);
     sd_mutex_unlock(&c->list_lock);
     return release;
@@ -291,7 +298,7 @@ struct slab *cache_partial_take(struct sd_cache *c)
     for (struct sd_list *l = c->partial.next; l != &c->partial; l = l->next) {
         struct slab *s = list_entry(l, struct slab, link);
         if (sd_spin_trylock(&s->lock)) {
-            partial_del_locked(c, s);
+            cache_partial_del_locked(c, s);
             got = s;
             break;
         }

@@ -26,6 +26,7 @@ struct sd_cache {
     uint32_t  size;             /* bytes between objects */
     uint32_t  align;            /* bytes */
     uint32_t  capacity;         /* objects per slab */
+    uint16_t  fp_off;           /* free pointer's offset in a free object */
     uint8_t   kind;             /* segment kind: slab bytes */
     unsigned long flags;        /* SD_* creation flags */
     void    (*ctor)(void *obj);
@@ -38,6 +39,7 @@ struct sd_cache {
     size_t    nr_partial;
     struct sd_list empty;       /* retained empty slabs, oldest last */
     size_t    nr_empty;
+    struct slab *defrag_fill;   /* sd_defrag_realloc's target slab, or NULL */
     size_t    nr_slabs;         /* slabs held (atomic) */
     unsigned long stat[SD_NSTATS];  /* atomic counters */
 };
@@ -63,6 +65,8 @@ size_t cache_slab_release(struct sd_cache *c, struct slab *s);
  * who keeps the lock): onto partial (head or tail), FULL, or empty/
  * RELEASING.  Returns 1 if the caller must release it (after unlocking). */
 int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail);
+/* Unlink a PARTIAL slab from the partial list (list lock held). */
+void cache_partial_del_locked(struct sd_cache *c, struct slab *s);
 /* Take a slab off partial (or the retained empties) with its lock held;
  * NULL if none could be locked. */
 struct slab *cache_partial_take(struct sd_cache *c);

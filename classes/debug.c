@@ -28,7 +28,7 @@ void debug_free(struct sd_cache *c, struct slab *s, void *p, const char *call)
         sd_spin_unlock(&s->lock);
         report_double_free(call, p, c);
     }
-    *(void **)p = s->freelist;
+    *slab_fp(s, p) = s->freelist;
     s->freelist = p;
     s->inuse--;
     int release = cache_slab_freed_locked(c, s);

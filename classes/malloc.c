@@ -17,7 +17,7 @@
 static inline void *malloc_small(size_t n)
 {
     unsigned cls = sizeclass_of(n);
-    return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
+    return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls], 0);
 }
 
 static void *malloc_large(size_t n, size_t align, int zero)
@@ -144,7 +144,7 @@ void *sdm_memalign(size_t align, size_t n)
     if (n <= SD_MAX_SMALL) {
         int cls = sizeclass_aligned(n < align ? align : n, align);
         if (cls >= 0)
-            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
+            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls], 0);
     }
     return malloc_large(n, align, 0);
 }

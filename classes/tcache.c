@@ -45,6 +45,12 @@ void sd_spin_self_deadlock(const sd_spin *l)
              sd_self_tid());
 }
 
+static size_t ubins_bytes(void)
+{
+    size_t bytes = (SD_MAX_CACHES - SD_NCLASSES) * sizeof(struct tbin);
+    return (bytes + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
+}
+
 static void thread_exit(void *arg)
 {
     struct tcache *t = arg;
@@ -56,6 +62,11 @@ static void thread_exit(void *arg)
     sd_mutex_unlock(&registry_lock);
     t->state = TC_DEAD;
     t->token = 1;
+    if (t->ubins) {
+        struct tbin *u = t->ubins;
+        t->ubins = NULL;
+        os_unmap(u, ubins_bytes());
+    }
 }
 
 int tcache_init(void)
@@ -102,9 +113,7 @@ struct tbin *tcache_ubin(uint16_t id)
         if (t->in_get)
             return NULL;
         void *m;
-        size_t bytes = (SD_MAX_CACHES - SD_NCLASSES) * sizeof(struct tbin);
-        bytes = (bytes + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
-        if (os_map_aligned(bytes, SD_PAGE_SIZE, &m))
+        if (os_map_aligned(ubins_bytes(), SD_PAGE_SIZE, &m))
             return NULL;
         t->ubins = m;
     }
@@ -120,9 +129,9 @@ void tcache_flush_bin(struct tbin *b)
     sd_spin_lock(&s->lock);
     if (b->free) {
         void *tail = b->free;
-        while (*(void **)tail)
-            tail = *(void **)tail;
-        *(void **)tail = s->freelist;
+        while (*slab_fp(s, tail))
+            tail = *slab_fp(s, tail);
+        *slab_fp(s, tail) = s->freelist;
         s->freelist = b->free;
         s->inuse -= b->nfree;
     }

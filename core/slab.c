@@ -6,8 +6,9 @@
 #include <string.h>
 
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
-                 void (*ctor)(void *))
+                 uint16_t fpo, void (*ctor)(void *))
 {
+    s->fpo = fpo;
     s->size = size;
     s->capacity = capacity;
     s->recip = ((1ULL << 40) + size - 1) / size;
@@ -18,7 +19,7 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
         if (ctor)
             ctor(obj);
         *prev = obj;
-        prev = (void **)obj;
+        prev = slab_fp(s, obj);
     }
     *prev = NULL;
 }
@@ -27,7 +28,7 @@ int slab_free_map(const struct slab *s, uint64_t *map)
 {
     memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));
     int n = 0;
-    for (void *p = s->freelist; p; p = *(void **)p) {
+    for (void *p = s->freelist; p; p = *slab_fp(s, p)) {
         if (!slab_contains(s, p))
             return -1;
         uint32_t i = slab_index(s, p);
@@ -61,7 +62,7 @@ void slab_resequence(struct slab *s)
         if (map[i >> 6] >> (i & 63) & 1) {
             void *obj = slab_object(s, i);
             *prev = obj;
-            prev = (void **)obj;
+            prev = slab_fp(s, obj);
         }
     *prev = NULL;
 }

@@ -18,7 +18,8 @@
  *   objects handed out == inuse - |owner's private list| (tbin.nfree)
  *   owner != 0  <=>  state == SLAB_ACTIVE     (set/cleared under the lock)
  *   state PARTIAL <=> on cache->partial; EMPTY <=> on cache->empty
- *   free objects hold the next-free pointer in their first word.
+ *   free objects hold the next-free pointer at byte fpo: 0, or past the
+ *   object for caches with a ctor (a free object stays constructed).
  *
  * Pointer -> slab is O(1): a bit per 4 MiB of address space says "this is
  * one of our segments"; the slot index is (p - segment) >> slot_shift.
@@ -77,6 +78,8 @@ struct slab {
     uint8_t   state;          /* enum slab_state */
     uint8_t   kind;           /* segment kind (slot size) */
     uint16_t  bin;            /* cache id: index of the owner's tbin */
+    uint16_t  fpo;            /* bytes from an object to its free pointer */
+    uint16_t  pad;
     uint32_t  inuse;          /* objects not on freelist */
     uint32_t  capacity;       /* objects per slab */
     uint32_t  size;           /* bytes between objects */
@@ -103,6 +106,12 @@ struct segment {
 };
 
 #define SEGMENT_MAGIC 0x5ddef7a6u
+
+/* The free pointer of free object p. */
+static inline void **slab_fp(const struct slab *s, void *p)
+{
+    return (void **)((char *)p + s->fpo);
+}
 
 /* Index of object p in its slab (p inside the slab). */
 static inline uint32_t slab_index(const struct slab *s, const void *p)

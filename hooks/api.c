@@ -101,7 +101,7 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
         return NULL;
     }
     if (c->is_malloc)
-        return cache_alloc_fast(c, &sd_tc.bins[c->id]);
+        return cache_alloc_fast(c, &sd_tc.bins[c->id], 0);
     struct tbin *b = sd_tc.ubins ? &sd_tc.ubins[c->id - SD_NCLASSES] : NULL;
     if (unlikely(!b)) {
         tcache_check_get("sd_cache_alloc");
@@ -109,7 +109,7 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
         if (!b)
             return cache_alloc_direct(c, NULL, 0);
     }
-    return cache_alloc_fast(c, b);
+    return cache_alloc_fast(c, b, c->fp_off);
 }
 
 SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)

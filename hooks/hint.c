@@ -6,8 +6,10 @@
  * A slab is worth emptying when it is on the partial list (not a thread's
  * active slab, not full, not being vacated), at most a quarter full, and
  * its cache has more partial slabs than it keeps anyway.  The new block
- * comes from a partial slab more than a quarter full - never from a slab
- * that is itself a candidate - so moves converge instead of ping-ponging.
+ * comes from the fullest partial slab more than a quarter full; when there
+ * is none (every partial slab is sparse), from the cache's fill slab, a
+ * fresh slab that hints never point at until it is past a quarter.  Never
+ * from a candidate, so moves converge instead of ping-ponging.
  */
 #include <string.h>
 
@@ -27,7 +29,8 @@ static struct slab *sparse_slab_of(const void *ptr)
         return NULL;
     /* Racy reads: this is a hint, rechecked by the move itself. */
     struct sd_cache *c = __atomic_load_n(&s->cache, __ATOMIC_RELAXED);
-    if (!c || __atomic_load_n(&s->state, __ATOMIC_RELAXED) != SLAB_PARTIAL)
+    if (!c || __atomic_load_n(&s->state, __ATOMIC_RELAXED) != SLAB_PARTIAL ||
+        __atomic_load_n(&c->defrag_fill, __ATOMIC_RELAXED) == s)
         return NULL;
     if (!slab_contains(s, ptr))
         return NULL;
@@ -51,6 +54,8 @@ SD_EXPORT void *sd_defrag_realloc(void *ptr)
         return ptr;
     struct sd_cache *c = s->cache;
     void *q = cache_alloc_direct(c, s, 1);
+    if (!q)
+        q = cache_alloc_fill(c, s);
     if (!q)
         return ptr;
     memcpy(q, ptr, c->size);

@@ -98,8 +98,7 @@ __attribute__((visibility("default"))) int sd_vacate(void *addr)
     } else {
         if (s->state == SLAB_PARTIAL) {
             sd_mutex_lock(&c->list_lock);
-            list_del(&s->link);
-            c->nr_partial--;
+            cache_partial_del_locked(c, s);
             sd_mutex_unlock(&c->list_lock);
         }
         s->state = SLAB_FROZEN;
@@ -155,8 +154,7 @@ size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline)
                 sd_spin_unlock(&s->lock);
                 break;
             }
-            list_del(&s->link);
-            c->nr_partial--;
+            cache_partial_del_locked(c, s);
             s->state = SLAB_FROZEN;
             sd_spin_unlock(&s->lock);
             list_add_tail(&zap, &s->link);
