@@ -40,6 +40,8 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
 {
     struct tcache *t = &sd_tc;
     tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
+    if (unlikely(c->debug))             /* every allocation of it, even early */
+        return debug_alloc(c);
     if (unlikely(t->state != TC_LIVE)) {
         if (t->state == TC_NEW && tcache_init() == 0) {
             if (!c->is_malloc)
@@ -50,8 +52,6 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         if (t->state != TC_LIVE || !b)
             return cache_alloc_direct(c, NULL, 0);
     }
-    if (unlikely(c->debug))
-        return debug_alloc(c);
     cache_stat_add(c, SD_STAT_ALLOC_REFILL, 1);
 
     struct slab *s = b->slab;
@@ -198,16 +198,16 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
     sd_spin_lock(&s->lock);
     struct sd_cache *c = s->cache;
     unsigned state = s->state;
+    if (unlikely(c && c->debug)) {      /* it checks and reports itself */
+        sd_spin_unlock(&s->lock);
+        debug_free(c, s, p, call);
+        return;
+    }
     if (unlikely(state < SLAB_ACTIVE || state > SLAB_FROZEN || !slab_contains(s, p))) {
         sd_spin_unlock(&s->lock);
         if (state == SLAB_EMPTY && slab_contains(s, p))
             report_double_free(call, p, c);
         report_invalid(call, p);
-    }
-    if (unlikely(c->debug)) {
-        sd_spin_unlock(&s->lock);
-        debug_free(c, s, p, call);
-        return;
     }
     if (unlikely(p == s->freelist))
         report_double_free(call, p, c);
@@ -232,7 +232,10 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
 void free_not_slab(void *p, const char *call)
 {
     tcache_check_get(call);
-    if (large_free(p) == 0)
+    int saved = errno;              /* free() preserves errno */
+    if (large_free(p) == 0) {
+        errno = saved;
         return;
+    }
     report_invalid(call, p);
 }

@@ -14,13 +14,26 @@
 
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
+static __attribute__((noinline)) void *malloc_slow(unsigned cls)
+{
+    return cache_alloc_slow(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
+}
+
+/* The fast path: a table or bit lookup for the class, then pop the
+ * thread's private freelist; one unlikely branch to malloc_slow(). */
 static inline void *malloc_small(size_t n)
 {
     unsigned cls = sizeclass_of(n);
-    return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls], 0);
+    struct tbin *b = &sd_tc.bins[cls];
+    void *p = b->free;
+    if (unlikely(!p))
+        return malloc_slow(cls);
+    b->free = *(void **)p;
+    b->nfree--;
+    return p;
 }
 
-static void *malloc_large(size_t n, size_t align, int zero)
+static __attribute__((noinline)) void *malloc_large(size_t n, size_t align, int zero)
 {
     tcache_check_get("malloc");
     if (n > MAX_REQUEST) {
@@ -47,9 +60,7 @@ void sdm_free(void *p)
         cache_free_fast(s, p, "free");
         return;
     }
-    int saved = errno;
     free_not_slab(p, "free");
-    errno = saved;
 }
 
 void *sdm_calloc(size_t n, size_t size)
@@ -76,7 +87,8 @@ static size_t usable_checked(const void *p, const char *call)
         unsigned st = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
         if (st < SLAB_ACTIVE || st > SLAB_FROZEN || !slab_contains(s, p))
             report_invalid(call, p);
-        return s->cache->object_size < s->size && !s->cache->is_malloc
+        return s->cache->object_size < s->size &&
+               (!s->cache->is_malloc || s->cache->debug)   /* debug: red zone */
                    ? s->cache->object_size : s->size;
     }
     size_t n = large_usable(p);
@@ -145,6 +157,7 @@ void *sdm_memalign(size_t align, size_t n)
         int cls = sizeclass_aligned(n < align ? align : n, align);
         if (cls >= 0)
             return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls], 0);
+        /* no class of that alignment: a large block */
     }
     return malloc_large(n, align, 0);
 }

@@ -21,6 +21,14 @@ const uint32_t sizeclass_size[SD_NCLASSES] = {
 _Static_assert(sizeof sizeclass_size / sizeof sizeclass_size[0] == SD_NCLASSES,
                "class table");
 
+/* Classes of requests up to 1 KiB, by (n + 15) >> 4. */
+const uint8_t sizeclass_small[65] = {
+    0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,   /* ..256 */
+    16, 16, 17, 17, 18, 18, 19, 19, 20, 20, 21, 21, 22, 22, 23, 23, /* ..512 */
+    24, 24, 24, 24, 25, 25, 25, 25, 26, 26, 26, 26, 27, 27, 27, 27,
+    28, 28, 28, 28, 29, 29, 29, 29, 30, 30, 30, 30, 31, 31, 31, 31, /* ..1024 */
+};
+
 int sizeclass_aligned(size_t n, size_t align)
 {
     if (n > SD_MAX_SMALL)

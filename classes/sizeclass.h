@@ -9,19 +9,23 @@
 #ifndef SD_CLASSES_SIZECLASS_H
 #define SD_CLASSES_SIZECLASS_H
 
+#include "fmt.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #define SD_NCLASSES   72
 #define SD_MAX_SMALL  32768u
 
-extern const uint32_t sizeclass_size[SD_NCLASSES];
+extern SD_HIDDEN const uint32_t sizeclass_size[SD_NCLASSES];
 
 /* The class serving n bytes (n <= SD_MAX_SMALL). */
+extern SD_HIDDEN const uint8_t sizeclass_small[65];   /* by (n + 15) >> 4 */
+
 static inline unsigned sizeclass_of(size_t n)
 {
-    if (n <= 256)
-        return n ? (unsigned)((n + 15) >> 4) - 1 : 0;
+    if (n <= 1024)
+        return sizeclass_small[(n + 15) >> 4];
     unsigned k = 63u - (unsigned)__builtin_clzl(n - 1);     /* 8..14 */
     return 16 + (k - 8) * 8 + (unsigned)(((n - 1) >> (k - 3)) - 8);
 }

@@ -6,6 +6,8 @@
 #ifndef SD_CLASSES_STAT_H
 #define SD_CLASSES_STAT_H
 
+#include "fmt.h"
+
 #define SD_CACHE_STATS(X)                                                   \
     X(ALLOC_REFILL,     "alloc_refill",     "active slab refilled or replaced") \
     X(ALLOC_DIRECT,     "alloc_direct",     "allocations under the slab lock") \
@@ -27,6 +29,6 @@ enum sd_stat {
     SD_NSTATS
 };
 
-extern const char *const sd_stat_names[SD_NSTATS];
+extern SD_HIDDEN const char *const sd_stat_names[SD_NSTATS];
 
 #endif

@@ -31,7 +31,7 @@ struct tcache {
     struct tbin  bins[SD_NCLASSES];
 };
 
-extern __thread struct tcache sd_tc __attribute__((tls_model("initial-exec")));
+extern SD_HIDDEN __thread struct tcache sd_tc __attribute__((tls_model("initial-exec")));
 
 /* The tbin of cache id for this thread (typed caches: may set up ubins;
  * NULL if that fails or the thread has no cache). */

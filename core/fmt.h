@@ -9,6 +9,11 @@
 #define SD_CORE_FMT_H
 
 #include <stdarg.h>
+
+/* Internal globals: hidden, so the library reaches them without the GOT. */
+#ifndef SD_HIDDEN
+#define SD_HIDDEN __attribute__((visibility("hidden")))
+#endif
 #include <stddef.h>
 
 size_t sd_vfmt(char *buf, size_t size, const char *fmt, va_list ap);
@@ -24,6 +29,6 @@ void sd_fatal(const char *fmt, ...)
 
 /* Hook run by sd_fatal() before aborting (the debug layer prints
  * backtraces through it); NULL for none. */
-extern void (*sd_fatal_hook)(void);
+extern SD_HIDDEN void (*sd_fatal_hook)(void);
 
 #endif

@@ -6,6 +6,8 @@
 #ifndef SD_CORE_OPTIONS_H
 #define SD_CORE_OPTIONS_H
 
+#include "fmt.h"
+
 #include <stdint.h>
 
 enum { SD_STATS_OFF, SD_STATS_TEXT, SD_STATS_JSON };
@@ -32,7 +34,7 @@ struct sd_options {
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
 
-extern struct sd_options sd_opt;
+extern SD_HIDDEN struct sd_options sd_opt;
 
 /* Parse the environment once (idempotent, does not allocate).  Bad values
  * are reported on stderr, one line each, and the default is kept. */

@@ -13,7 +13,9 @@
 
 #include "os.h"
 
-uint64_t *segment_map;
+/* A bit per 4 MiB of the 47-bit address space: 4 MiB of .bss, of which
+ * only the pages covering our segments are ever touched. */
+uint64_t segment_map[SEGMENT_MAP_WORDS];
 
 struct seg_kind {
     sd_mutex lock;
@@ -27,28 +29,11 @@ static struct seg_kind kinds[SEG_NKINDS] = {
     { SD_MUTEX_INIT, { &kinds[1].segs, &kinds[1].segs }, 0, 0 },
     { SD_MUTEX_INIT, { &kinds[2].segs, &kinds[2].segs }, 0, 0 },
 };
-static sd_mutex map_lock = SD_MUTEX_INIT;
-
-static int map_init(void)
-{
-    if (__atomic_load_n(&segment_map, __ATOMIC_ACQUIRE))
-        return 0;
-    sd_mutex_lock(&map_lock);
-    int err = 0;
-    if (!segment_map) {
-        void *m;
-        err = os_map_sparse((1UL << (SD_VA_BITS - SD_SEGMENT_SHIFT)) / 8, &m);
-        if (!err)
-            __atomic_store_n(&segment_map, (uint64_t *)m, __ATOMIC_RELEASE);
-    }
-    sd_mutex_unlock(&map_lock);
-    return err;
-}
 
 static struct segment *segment_new(unsigned kind)
 {
     void *mem;
-    if (map_init() || os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
+    if (os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
         return NULL;
     struct segment *seg = mem;
     unsigned shift = seg_kind_shift(kind);
@@ -172,7 +157,6 @@ void segment_usage(size_t *mapped, size_t *slots_used)
 
 void segment_lock_all(void)
 {
-    sd_mutex_lock(&map_lock);
     for (unsigned kind = 0; kind < SEG_NKINDS; kind++)
         sd_mutex_lock(&kinds[kind].lock);
 }
@@ -185,8 +169,4 @@ void segment_unlock_all(int child)
         else
             sd_mutex_unlock(&kinds[kind].lock);
     }
-    if (child)
-        sd_mutex_reset_child(&map_lock);
-    else
-        sd_mutex_unlock(&map_lock);
 }

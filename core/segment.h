@@ -26,31 +26,31 @@ struct slab *segment_slab_alloc(unsigned kind);
  * Returns the bytes purged. */
 size_t segment_slab_free(struct slab *s);
 
-extern uint64_t *segment_map;   /* bit per 4 MiB of address space */
+#define SEGMENT_MAP_WORDS ((1UL << (SD_VA_BITS - SD_SEGMENT_SHIFT)) / 64)
+extern SD_HIDDEN uint64_t segment_map[SEGMENT_MAP_WORDS];
 
-/* The segment holding p, or NULL if p is not in one of ours. */
+/* The segment holding p, or NULL if p is not in one of ours.  A bit set
+ * (release) before any pointer into the segment is handed out. */
 static inline struct segment *segment_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
-    uint64_t *map = __atomic_load_n(&segment_map, __ATOMIC_ACQUIRE);
-    if (unlikely(!map) || unlikely(a >> SD_VA_BITS))
+    if (unlikely(a >> SD_VA_BITS))
         return NULL;
     uintptr_t i = a >> SD_SEGMENT_SHIFT;
-    if (!(map[i >> 6] >> (i & 63) & 1))
+    if (!(segment_map[i >> 6] >> (i & 63) & 1))
         return NULL;
     return (struct segment *)(a & ~(SD_SEGMENT_SIZE - 1));
 }
 
-/* The slab descriptor of the slot holding p (any state), or NULL if p is
- * not in a segment or lies in a segment header. */
+/* The slab descriptor of the slot holding p, in any state, or NULL if p is
+ * not in one of our segments.  The header slots have descriptors too,
+ * always UNUSED (zero): callers check the state. */
 static inline struct slab *segment_slab_of(const void *p)
 {
     struct segment *seg = segment_of(p);
     if (!seg)
         return NULL;
     uintptr_t slot = ((uintptr_t)p - (uintptr_t)seg) >> seg->slot_shift;
-    if (unlikely(slot < seg->first))
-        return NULL;
     return &seg->slabs[slot];
 }
 

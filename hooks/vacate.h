@@ -4,6 +4,8 @@
 #ifndef SD_HOOKS_VACATE_H
 #define SD_HOOKS_VACATE_H
 
+#include "fmt.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +19,6 @@ struct sd_cache;
 size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline_ns);
 
 /* The longest time one vacate kept a slab frozen, in ns. */
-extern uint64_t vacate_longest_ns;
+extern SD_HIDDEN uint64_t vacate_longest_ns;
 
 #endif
