@@ -44,9 +44,9 @@ struct sd_cache {
     unsigned long stat[SD_NSTATS];  /* atomic counters */
 };
 
-extern struct sd_cache sd_malloc_caches[SD_NCLASSES];
-extern struct sd_cache *sd_caches[SD_MAX_CACHES];
-extern sd_mutex sd_caches_lock;     /* guards sd_caches[] and creation */
+extern SD_HIDDEN struct sd_cache sd_malloc_caches[SD_NCLASSES];
+extern SD_HIDDEN struct sd_cache *sd_caches[SD_MAX_CACHES];
+extern SD_HIDDEN sd_mutex sd_caches_lock;     /* guards sd_caches[] and creation */
 
 static inline void cache_stat_add(struct sd_cache *c, enum sd_stat i,
                                   unsigned long n)
