@@ -65,11 +65,38 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
             sd_spin_unlock(&s->lock);
             return cache_alloc_fast(c, b, c->fp_off);
         }
-        s->owner = 0;                       /* full: let it go */
-        s->state = SLAB_FULL;
+        /* Full: keep owning it on the ring, so that this thread's frees
+         * into it stay lock-free. */
+        s->state = SLAB_OWNED;
         sd_spin_unlock(&s->lock);
         b->slab = NULL;
-        cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
+        list_add_head(&b->owned, &s->link);
+        if (++b->nowned > TBIN_OWNED_MAX)
+            tcache_owned_release(b, list_entry(b->owned.prev, struct slab, link));
+    }
+    /* A ring slab with objects freed since: make it active again. */
+    for (struct sd_list *l = b->owned.next; l != &b->owned; l = l->next) {
+        struct slab *o = list_entry(l, struct slab, link);
+        if (!o->nlocal && !__atomic_load_n(&o->freelist, __ATOMIC_RELAXED))
+            continue;
+        list_del(&o->link);
+        b->nowned--;
+        sd_spin_lock(&o->lock);
+        if (o->nlocal) {
+            b->free = o->local_free;
+            b->nfree = o->nlocal;
+            o->local_free = NULL;
+            o->nlocal = 0;
+        } else {                            /* only remote frees */
+            b->free = o->freelist;
+            b->nfree = o->capacity - o->inuse;
+            o->freelist = NULL;
+            o->inuse = o->capacity;
+        }
+        o->state = SLAB_ACTIVE;
+        b->slab = o;
+        sd_spin_unlock(&o->lock);
+        return cache_alloc_fast(c, b, c->fp_off);
     }
     s = cache_partial_take(c);
     if (!s) {
@@ -203,7 +230,7 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
         debug_free(c, s, p, call);
         return;
     }
-    if (unlikely(state < SLAB_ACTIVE || state > SLAB_FROZEN || !slab_contains(s, p))) {
+    if (unlikely(!slab_state_live(state) || !slab_contains(s, p))) {
         sd_spin_unlock(&s->lock);
         if (state == SLAB_EMPTY && slab_contains(s, p))
             report_double_free(call, p, c);
@@ -211,8 +238,8 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
     }
     if (unlikely(p == s->freelist))
         report_double_free(call, p, c);
-    if (state == SLAB_ACTIVE && s->owner == sd_tc.token) {
-        /* Our own active slab, reached here only from a guarded path. */
+    if (s->owner == sd_tc.token) {
+        /* Our own active or ring slab (a caller that skipped the fast path). */
         sd_spin_unlock(&s->lock);
         cache_free_fast(s, p, call);
         return;

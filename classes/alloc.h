@@ -56,11 +56,19 @@ static inline void cache_free_fast(struct slab *s, void *p, const char *call)
     if (likely(s->owner == sd_tc.token) && likely(slab_contains(s, p))) {
         struct tbin *b = s->bin < SD_NCLASSES ? &sd_tc.bins[s->bin]
                                               : &sd_tc.ubins[s->bin - SD_NCLASSES];
-        if (unlikely(p == b->free))
-            report_double_free(call, p, s->cache);
-        *slab_fp(s, p) = b->free;
-        b->free = p;
-        b->nfree++;
+        if (likely(s == b->slab)) {             /* the active slab */
+            if (unlikely(p == b->free))
+                report_double_free(call, p, s->cache);
+            *slab_fp(s, p) = b->free;
+            b->free = p;
+            b->nfree++;
+        } else {                                /* a slab on our ring */
+            if (unlikely(p == s->local_free))
+                report_double_free(call, p, s->cache);
+            *slab_fp(s, p) = s->local_free;
+            s->local_free = p;
+            s->nlocal++;
+        }
         return;
     }
     cache_free_slow(s, p, call);

@@ -32,6 +32,9 @@
  *
  *   state      on list      owner   allocations from it
  *   ACTIVE     none         thread  owner's private list, lock-free
+ *   OWNED      owner's ring thread  none until it is ACTIVE again; the
+ *                                   owner frees into local_free, lock-free
+ *                                   (SLUB's per-cpu partial slabs)
  *   PARTIAL    partial      0       refill takes it (becomes ACTIVE)
  *   FULL       none         0       none; a free makes it PARTIAL
  *   EMPTY      empty        0       reused before a new slab; released
@@ -39,7 +42,9 @@
  *   FROZEN     none         0       none: being vacated; frees still land
  *   RELEASING  none         0       none: going back to the segment
  *
- *   new -> ACTIVE -> FULL -> PARTIAL -> ACTIVE ...
+ *   new -> ACTIVE -> OWNED (full) -> ACTIVE (objects freed) ...
+ *   OWNED -> FULL / PARTIAL / EMPTY when the ring overflows or the thread
+ *   exits; PARTIAL -> ACTIVE on refill
  *   PARTIAL/FULL -> FROZEN (vacate) -> RELEASING | PARTIAL | FULL
  *   PARTIAL --last free--> EMPTY or RELEASING
  * ---------------------------------------------------------------------
@@ -49,6 +54,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "debug.h"
 #include "fmt.h"
 #include "options.h"
 #include "os.h"
@@ -86,6 +92,8 @@ static void cache_setup(struct sd_cache *c, uint16_t id, const char *name,
     list_init(&c->partial);
     list_init(&c->empty);
     c->debug = (uint8_t)(options_debug_wants(c->name) ? sd_opt.debug : 0);
+    if (c->debug)
+        debug_geometry(c);      /* red zone, free pointer, tracks: debug.h */
 }
 
 void cache_init(void)
@@ -105,6 +113,7 @@ void cache_init(void)
             c->is_malloc = 1;
             sd_caches[i] = c;
         }
+        fork_handlers_install();
         __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
     }
     sd_mutex_unlock(&sd_caches_lock);
@@ -183,7 +192,8 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
     cache_setup(c, (uint16_t)id, name, (uint32_t)size, stride, (uint32_t)align);
     c->flags = flags;
     c->ctor = ctor;
-    c->fp_off = (uint16_t)fp_off;
+    if (!c->debug)                      /* debug_geometry placed it */
+        c->fp_off = (uint16_t)fp_off;
     if (ops) {
         c->ops = *ops;
         c->has_ops = 1;
@@ -239,11 +249,17 @@ void cache_partial_del_locked(struct sd_cache *c, struct slab *s)
         c->defrag_fill = NULL;
 }
 
-/* An empty slab: keep it (up to retain_empty) or hand it back. */
+/* An empty slab: keep it or hand it back.  A cache keeps up to
+ * retain_empty empty slabs, or an eighth of its slabs if that is more (a
+ * busy cache whose slabs cycle between threads would otherwise purge and
+ * fault in a slab per cycle); kept ones go back after the decay. */
 static int empty_add_locked(struct sd_cache *c, struct slab *s)
 {
     SD_ASSERT(sd_mutex_held(&c->list_lock));
-    if (c->nr_empty < sd_opt.retain_empty && !c->dead) {
+    size_t keep = __atomic_load_n(&c->nr_slabs, __ATOMIC_RELAXED) / 8;
+    if (keep < sd_opt.retain_empty)
+        keep = sd_opt.retain_empty;
+    if (c->nr_empty < keep && !c->dead) {
         s->state = SLAB_EMPTY;
         s->empty_since = os_now_ns();
         list_add_head(&c->empty, &s->link);
@@ -366,6 +382,7 @@ static void usage_one(struct slab *s, void *arg)
     if (s->cache == w->c) {
         switch (s->state) {
         case SLAB_ACTIVE:  w->u->active++; break;
+        case SLAB_OWNED:   w->u->active++; break;
         case SLAB_PARTIAL: w->u->partial++; break;
         case SLAB_FULL:    w->u->full++; break;
         case SLAB_FROZEN:  w->u->frozen++; break;
@@ -375,6 +392,8 @@ static void usage_one(struct slab *s, void *arg)
         if (s->state != SLAB_UNUSED && s->state != SLAB_RELEASING) {
             w->u->slabs++;
             w->u->objects_inuse += s->inuse;
+            if (s->state == SLAB_OWNED)     /* owner's lock-free frees */
+                w->u->objects_inuse -= __atomic_load_n(&s->nlocal, __ATOMIC_RELAXED);
         }
     }
     sd_spin_unlock(&s->lock);

@@ -56,6 +56,8 @@ static inline void cache_stat_add(struct sd_cache *c, enum sd_stat i,
 
 /* One-time set-up of the malloc caches (idempotent). */
 void cache_init(void);
+/* Register the allocator's fork handlers (classes/fork.c). */
+void fork_handlers_install(void);
 /* Create a slab for c: formatted, unlocked, on no list.  NULL + ENOMEM. */
 struct slab *cache_slab_new(struct sd_cache *c);
 /* Give a slab that is off every list (state RELEASING) back to the OS;

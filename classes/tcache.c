@@ -96,6 +96,8 @@ int tcache_init(void)
         t->state = TC_NEW;
         return -1;
     }
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        list_init(&t->bins[i].owned);
     sd_mutex_lock(&registry_lock);
     list_add_tail(&registry, &t->link);
     sd_mutex_unlock(&registry_lock);
@@ -115,13 +117,41 @@ struct tbin *tcache_ubin(uint16_t id)
         void *m;
         if (os_map_aligned(ubins_bytes(), SD_PAGE_SIZE, &m))
             return NULL;
-        t->ubins = m;
+        struct tbin *u = m;
+        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+            list_init(&u[i].owned);
+        t->ubins = u;
     }
     return &t->ubins[id - SD_NCLASSES];
 }
 
+void tcache_owned_release(struct tbin *b, struct slab *s)
+{
+    struct sd_cache *c = s->cache;
+    list_del(&s->link);
+    b->nowned--;
+    sd_spin_lock(&s->lock);
+    if (s->local_free) {
+        void *tail = s->local_free;
+        while (*slab_fp(s, tail))
+            tail = *slab_fp(s, tail);
+        *slab_fp(s, tail) = s->freelist;
+        s->freelist = s->local_free;
+        s->inuse -= s->nlocal;
+        s->local_free = NULL;
+        s->nlocal = 0;
+    }
+    int release = cache_slab_settle_locked(c, s, 0);
+    sd_spin_unlock(&s->lock);
+    cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
+    if (release)
+        cache_slab_release(c, s);
+}
+
 void tcache_flush_bin(struct tbin *b)
 {
+    while (b->nowned)
+        tcache_owned_release(b, list_entry(b->owned.prev, struct slab, link));
     struct slab *s = b->slab;
     if (!s)
         return;

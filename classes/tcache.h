@@ -15,8 +15,14 @@ struct tbin {
     void        *free;          /* private freelist (owner only) */
     struct slab *slab;          /* active slab, or NULL */
     uint32_t     nfree;         /* objects on the private freelist */
-    uint32_t     pad;
+    uint32_t     nowned;        /* slabs on the ring */
+    struct sd_list owned;       /* ring of full-when-left slabs the thread
+                                   still owns (SLUB's cpu partial list):
+                                   its frees to them take no lock */
 };
+
+/* Slabs a thread keeps on each ring; past it the oldest goes back. */
+#define TBIN_OWNED_MAX 4
 
 enum tc_state { TC_NEW = 0, TC_INIT, TC_LIVE, TC_DEAD };
 
@@ -42,8 +48,10 @@ struct tbin *tcache_ubin(uint16_t id);
 int tcache_init(void);
 /* Give every active slab of this thread back (thread exit, shrink). */
 void tcache_flush(struct tcache *t);
-/* Give back this thread's active slab of one cache. */
+/* Give back this thread's active slab and ring of one cache. */
 void tcache_flush_bin(struct tbin *b);
+/* Give back one slab of the ring (owner's thread). */
+void tcache_owned_release(struct tbin *b, struct slab *s);
 /* Objects on all live threads' private lists for cache id (racy reads;
  * exact at a quiescent point). */
 size_t tcache_private_objects(uint16_t id);

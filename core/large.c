@@ -126,6 +126,8 @@ void *large_alloc(size_t size, size_t align, int zero)
         errno = ENOMEM;
         return NULL;
     }
+    if (len == 0)
+        len = SD_PAGE_SIZE;         /* memalign(big, 0): a real block */
     struct lentry e = { 0 };
     sd_mutex_lock(&lock);
     if (align == SD_PAGE_SIZE) {

@@ -16,7 +16,8 @@
  * Invariants (slab):
  *   inuse == capacity - |freelist|            (under the slab lock)
  *   objects handed out == inuse - |owner's private list| (tbin.nfree)
- *   owner != 0  <=>  state == SLAB_ACTIVE     (set/cleared under the lock)
+ *   owner != 0  <=>  state is ACTIVE or OWNED  (set/cleared under the lock)
+ *   OWNED: objects handed out == inuse - nlocal (local_free: owner only)
  *   state PARTIAL <=> on cache->partial; EMPTY <=> on cache->empty
  *   free objects hold the next-free pointer at byte fpo: 0, or past the
  *   object for caches with a ctor (a free object stays constructed).
@@ -64,6 +65,7 @@ static inline void list_del(struct sd_list *n)
 enum slab_state {
     SLAB_UNUSED = 0,    /* slot holds no slab (or is segment header) */
     SLAB_ACTIVE,        /* a thread's active slab: owner != 0, on no list */
+    SLAB_OWNED,         /* on its owner's per-thread partial ring */
     SLAB_PARTIAL,       /* some objects free, on cache->partial */
     SLAB_FULL,          /* no free object, on no list */
     SLAB_EMPTY,         /* no object in use, retained on cache->empty */
@@ -88,7 +90,10 @@ struct slab {
     void     *freelist;       /* shared freelist (remote frees land here) */
     uintptr_t owner;          /* tcache token of the active thread, or 0 */
     struct sd_cache *cache;
-    struct sd_list link;      /* cache->partial or cache->empty */
+    struct sd_list link;      /* cache->partial, cache->empty, or the
+                                 owner's ring (tbin->owned) */
+    void     *local_free;     /* OWNED: frees by the owner, no lock */
+    uint32_t  nlocal;         /* objects on local_free (owner only) */
     uint64_t  empty_since;    /* ns, when it joined cache->empty */
 };
 
@@ -106,6 +111,13 @@ struct segment {
 };
 
 #define SEGMENT_MAGIC 0x5ddef7a6u
+
+/* States in which a slab holds objects that may be freed. */
+static inline int slab_state_live(unsigned st)
+{
+    return st == SLAB_ACTIVE || st == SLAB_OWNED || st == SLAB_PARTIAL ||
+           st == SLAB_FULL || st == SLAB_FROZEN;
+}
 
 /* The free pointer of free object p. */
 static inline void **slab_fp(const struct slab *s, void *p)

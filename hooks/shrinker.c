@@ -239,6 +239,8 @@ void shrinker_after_fork_child(void)
     lock = (sd_mutex)SD_MUTEX_INIT;
     int was = running;
     running = 0;
+    control_fd = -1;                /* the parent's; the child opens its own */
+    control_ready = NULL;
     stats.running = 0;
     if (was)
         shrinker_start();

@@ -1,18 +1,157 @@
 /*
- * hooks/stats.c - the slabinfo-style table (sd_stats_print), printed by
- * the API, at exit (SLABDEFRAG_STATS=1) and for the slabinfo CLI.
+ * hooks/stats.c - the statistics printers (see stats.h): the slabinfo
+ * table, its JSON form, and the report of one cache.  The per-cache
+ * counters come from the one list in classes/stat.h, so a new counter
+ * shows up in every printer without a change here.
+ *
+ * Figures are exact at a quiescent point: slab counts and objects in use
+ * come from walking the slabs under their locks (cache_usage), less the
+ * objects on threads' private lists; nothing is counted on the fast path.
  */
+#include "stats.h"
+
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "cache.h"
 #include "fmt.h"
 #include "large.h"
+#include "options.h"
+#include "sdmalloc.h"
 #include "segment.h"
 #include "shrinker.h"
 #include "slabdefrag.h"
 
 #define SD_EXPORT __attribute__((visibility("default")))
+
+/* ---------------------------------------------------------------- */
+/* A buffered writer (JSON is written in many small pieces)          */
+
+struct out {
+    int    fd;
+    int    err;                 /* first error, -errno */
+    size_t n;
+    char   buf[4096];
+};
+
+static void out_flush(struct out *o)
+{
+    size_t done = 0;
+    while (!o->err && done < o->n) {
+        ssize_t w = write(o->fd, o->buf + done, o->n - done);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            o->err = -errno;
+            break;
+        }
+        done += (size_t)w;
+    }
+    o->n = 0;
+}
+
+static void out_put(struct out *o, const char *s, size_t len)
+{
+    while (len && !o->err) {
+        if (o->n == sizeof o->buf)
+            out_flush(o);
+        size_t k = sizeof o->buf - o->n < len ? sizeof o->buf - o->n : len;
+        memcpy(o->buf + o->n, s, k);
+        o->n += k;
+        s += k;
+        len -= k;
+    }
+}
+
+static void out_fmt(struct out *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void out_fmt(struct out *o, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = sd_vfmt(line, sizeof line, fmt, ap);
+    va_end(ap);
+    out_put(o, line, n < sizeof line ? n : sizeof line - 1);
+}
+
+/* A JSON string (names are the caller's: escape them). */
+static void out_jstr(struct out *o, const char *s, size_t max)
+{
+    out_put(o, "\"", 1);
+    for (size_t i = 0; i < max && s[i]; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            char e[2] = { '\\', (char)ch };
+            out_put(o, e, 2);
+        } else if (ch < 0x20) {
+            out_fmt(o, "\\u%04x", ch);
+        } else {
+            out_put(o, (const char *)&ch, 1);
+        }
+    }
+    out_put(o, "\"", 1);
+}
+
+/* ---------------------------------------------------------------- */
+/* Rows                                                              */
+
+struct row {
+    struct sd_cache *c;
+    struct cache_usage u;
+    size_t space;               /* slab bytes */
+    size_t used;                /* objects in use * object size */
+};
+
+static size_t slab_bytes(const struct sd_cache *c) { return seg_kind_bytes(c->kind); }
+
+static int row_fill(struct row *r, struct sd_cache *c)
+{
+    r->c = c;
+    cache_usage(c, &r->u);
+    r->space = r->u.slabs * slab_bytes(c);
+    r->used = r->u.objects_inuse * c->object_size;
+    /* Idle malloc classes are left out; typed caches always shown. */
+    return r->u.slabs || !c->is_malloc ||
+           __atomic_load_n(&c->stat[SD_STAT_VACATE_ATTEMPTS], __ATOMIC_RELAXED);
+}
+
+static size_t row_key(const struct row *r, enum stats_sort sort)
+{
+    switch (sort) {
+    case STATS_SORT_SIZE:    return r->space;
+    case STATS_SORT_LOSS:    return r->space - (r->used < r->space ? r->used : r->space);
+    case STATS_SORT_PARTIAL: return r->u.partial;
+    default:                 return 0;
+    }
+}
+
+static void flags_str(const struct sd_cache *c, char *f)
+{
+    int n = 0;
+    if (c->refcount > 1) f[n++] = '*';
+    if (c->has_ops) f[n++] = 'D';
+    if (c->ctor) f[n++] = 'C';
+    if (c->flags & SD_HWCACHE_ALIGN) f[n++] = 'A';
+    if (c->debug & SD_DEBUG_F) f[n++] = 'F';
+    if (c->debug & SD_DEBUG_Z) f[n++] = 'Z';
+    if (c->debug & SD_DEBUG_P) f[n++] = 'P';
+    if (c->debug & SD_DEBUG_U) f[n++] = 'U';
+    if (c->debug & SD_DEBUG_T) f[n++] = 'T';
+    if (c->dead) f[n++] = 'X';
+    f[n] = 0;
+}
+
+static const char *const stat_docs[SD_NSTATS] = {
+#define X(id, name, doc) doc,
+    SD_CACHE_STATS(X)
+#undef X
+};
+
+static unsigned long stat_of(const struct sd_cache *c, enum sd_stat i)
+{
+    return __atomic_load_n(&c->stat[i], __ATOMIC_RELAXED);
+}
 
 static void size_str(char *b, size_t n, size_t v)
 {
@@ -24,72 +163,253 @@ static void size_str(char *b, size_t n, size_t v)
         sd_fmt(b, n, "%zu", v);
 }
 
-SD_EXPORT int sd_stats_print(int fd)
+static unsigned pct(size_t part, size_t whole)
 {
-    cache_init();
-    int err = sd_dprintf(fd, "%-20s %9s %7s %8s %16s %4s %3s %3s %-4s %8s %8s %9s %8s\n",
-                         "Name", "Objects", "Objsize", "Space", "Slabs/Part/Cpu",
-                         "O/S", "%Fr", "%Ef", "Flg", "VacAtt", "VacOK",
-                         "Kicked", "Released");
-    if (err)
-        return err;
-    size_t tot_space = 0, tot_used = 0, tot_slabs = 0, tot_objs = 0;
-    for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
-        struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
-        if (!c)
-            continue;
-        struct cache_usage u;
-        cache_usage(c, &u);
-        unsigned long att = c->stat[SD_STAT_VACATE_ATTEMPTS];
-        if (!u.slabs && !att && c->is_malloc)
-            continue;
-        size_t slab_bytes = 1UL << (14 + 2 * c->kind);
-        size_t space = u.slabs * slab_bytes;
-        size_t used = u.objects_inuse * c->object_size;
-        char sp[16], rel[16], sps[32], flg[8];
-        size_str(sp, sizeof sp, space);
-        size_str(rel, sizeof rel, c->stat[SD_STAT_BYTES_RELEASED]);
-        sd_fmt(sps, sizeof sps, "%zu/%zu/%zu", u.slabs, u.partial, u.active);
-        int f = 0;
-        if (c->refcount > 1) flg[f++] = '*';
-        if (c->has_ops) flg[f++] = 'D';
-        if (c->ctor) flg[f++] = 'C';
-        if (c->flags & SD_HWCACHE_ALIGN) flg[f++] = 'A';
-        if (c->debug) flg[f++] = 'F';
-        if (c->dead) flg[f++] = 'X';
-        flg[f] = 0;
-        err = sd_dprintf(fd, "%-20s %9zu %7u %8s %16s %4u %3zu %3zu %-4s %8lu %8lu %9lu %8s\n",
-                         c->name, u.objects_inuse, c->object_size, sp, sps,
-                         c->capacity, u.slabs ? u.partial * 100 / u.slabs : 0,
-                         space ? used * 100 / space : 0, flg, att,
-                         c->stat[SD_STAT_VACATE_SUCCESSES],
-                         c->stat[SD_STAT_OBJECTS_KICKED], rel);
-        if (err)
-            return err;
-        if (c->aliases[0])
-            sd_dprintf(fd, "%-20s aliases: %s\n", "", c->aliases);
-        tot_space += space;
-        tot_used += used;
-        tot_slabs += u.slabs;
-        tot_objs += u.objects_inuse;
-    }
+    return whole ? (unsigned)(part * 100 / whole) : 0;
+}
+
+/* ---------------------------------------------------------------- */
+/* The table                                                         */
+
+static void text_header(struct out *o)
+{
+    out_fmt(o, "%-20s %9s %7s %8s %16s %4s %3s %3s %-5s %8s %8s %9s %8s\n",
+            "Name", "Objects", "Objsize", "Space", "Slabs/Part/Cpu", "O/S",
+            "%Fr", "%Ef", "Flg", "VacAtt", "VacOK", "Kicked", "Released");
+}
+
+static void text_row(struct out *o, const struct row *r)
+{
+    const struct sd_cache *c = r->c;
+    char sp[16], rel[16], sps[48], flg[16];
+    size_str(sp, sizeof sp, r->space);
+    size_str(rel, sizeof rel, stat_of(c, SD_STAT_BYTES_RELEASED));
+    sd_fmt(sps, sizeof sps, "%zu/%zu/%zu", r->u.slabs, r->u.partial, r->u.active);
+    flags_str(c, flg);
+    out_fmt(o, "%-20s %9zu %7u %8s %16s %4u %3u %3u %-5s %8lu %8lu %9lu %8s\n",
+            c->name, r->u.objects_inuse, c->object_size, sp, sps, c->capacity,
+            pct(r->u.partial, r->u.slabs), pct(r->used, r->space), flg,
+            stat_of(c, SD_STAT_VACATE_ATTEMPTS), stat_of(c, SD_STAT_VACATE_SUCCESSES),
+            stat_of(c, SD_STAT_OBJECTS_KICKED), rel);
+    if (c->aliases[0])
+        out_fmt(o, "%-20s aliases: %s\n", "", c->aliases);
+}
+
+struct totals {
+    size_t objects, slabs, space, used, caches;
+};
+
+static void totals_add(struct totals *t, const struct row *r)
+{
+    t->objects += r->u.objects_inuse;
+    t->slabs += r->u.slabs;
+    t->space += r->space;
+    t->used += r->used;
+    t->caches++;
+}
+
+static void text_totals(struct out *o, const struct totals *t)
+{
     size_t lblocks, lbytes, lcached;
     large_usage(&lblocks, &lbytes, &lcached);
     struct shrinker_stats st;
     shrinker_get_stats(&st);
     char a[16], b[16];
-    size_str(a, sizeof a, tot_space);
+    size_str(a, sizeof a, t->space);
     size_str(b, sizeof b, lbytes);
-    err = sd_dprintf(fd, "Total: %zu objects in %zu slabs, %s slab space, %zu%% efficient; "
-                     "large: %zu blocks, %s mapped\n",
-                     tot_objs, tot_slabs, a, tot_space ? tot_used * 100 / tot_space : 0,
-                     lblocks, b);
-    if (err)
-        return err;
-    return sd_dprintf(fd, "Shrinker: %s, %lu passes, %lu bytes released, longest pass "
-                      "%lu us, longest vacate %lu us\n",
-                      st.running ? "running" : "idle", (unsigned long)st.passes,
-                      (unsigned long)st.bytes_released,
-                      (unsigned long)(st.longest_pass_ns / 1000),
-                      (unsigned long)(st.longest_vacate_ns / 1000));
+    out_fmt(o, "Total: %zu objects in %zu slabs, %s slab space, %u%% efficient; "
+            "large: %zu blocks, %s mapped\n", t->objects, t->slabs, a,
+            pct(t->used, t->space), lblocks, b);
+    out_fmt(o, "Shrinker: %s, %lu passes, %lu bytes released, longest pass "
+            "%lu us, longest vacate %lu us\n", st.running ? "running" : "idle",
+            (unsigned long)st.passes, (unsigned long)st.bytes_released,
+            (unsigned long)(st.longest_pass_ns / 1000),
+            (unsigned long)(st.longest_vacate_ns / 1000));
+}
+
+/* ---------------------------------------------------------------- */
+/* JSON                                                              */
+
+static void json_cache(struct out *o, const struct row *r)
+{
+    const struct sd_cache *c = r->c;
+    char flg[16];
+    flags_str(c, flg);
+    out_put(o, "{\"name\":", 8);
+    out_jstr(o, c->name, sizeof c->name);
+    out_fmt(o, ",\"objects\":%zu,\"object_size\":%u,\"stride\":%u,\"slab_size\":%zu,"
+            "\"objects_per_slab\":%u,\"slabs\":%zu,\"partial\":%zu,\"cpu\":%zu,"
+            "\"full\":%zu,\"frozen\":%zu,\"empty\":%zu,\"space\":%zu,\"loss\":%zu,"
+            "\"partial_pct\":%u,\"efficiency_pct\":%u,\"flags\":\"%s\",\"aliases\":[",
+            r->u.objects_inuse, c->object_size, c->size, slab_bytes(c), c->capacity,
+            r->u.slabs, r->u.partial, r->u.active, r->u.full, r->u.frozen, r->u.empty,
+            r->space, row_key(r, STATS_SORT_LOSS), pct(r->u.partial, r->u.slabs),
+            pct(r->used, r->space), flg);
+    const char *a = c->aliases;
+    for (int first = 1; *a; first = 0) {
+        size_t m = 0;
+        while (a[m] && a[m] != ',')
+            m++;
+        if (!first)
+            out_put(o, ",", 1);
+        out_jstr(o, a, m);
+        a += m + (a[m] == ',');
+    }
+    out_put(o, "],\"counters\":{", 14);
+    for (unsigned i = 0; i < SD_NSTATS; i++)
+        out_fmt(o, "%s\"%s\":%lu", i ? "," : "", sd_stat_names[i],
+                stat_of(c, (enum sd_stat)i));
+    out_put(o, "}}", 2);
+}
+
+static void json_totals(struct out *o, const struct totals *t)
+{
+    size_t lblocks, lbytes, lcached;
+    large_usage(&lblocks, &lbytes, &lcached);
+    struct shrinker_stats st;
+    shrinker_get_stats(&st);
+    out_fmt(o, "\"totals\":{\"caches\":%zu,\"objects\":%zu,\"slabs\":%zu,\"space\":%zu,"
+            "\"used\":%zu,\"efficiency_pct\":%u},", t->caches, t->objects, t->slabs,
+            t->space, t->used, pct(t->used, t->space));
+    out_fmt(o, "\"large\":{\"blocks\":%zu,\"bytes\":%zu,\"cached_bytes\":%zu},",
+            lblocks, lbytes, lcached);
+    out_fmt(o, "\"shrinker\":{\"running\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
+            "\"wake_pressure\":%lu,\"wake_explicit\":%lu,\"wake_rss\":%lu,"
+            "\"bytes_released\":%lu,\"longest_pass_us\":%lu,\"longest_vacate_us\":%lu}",
+            st.running ? "true" : "false", (unsigned long)st.passes,
+            (unsigned long)st.wake_interval, (unsigned long)st.wake_pressure,
+            (unsigned long)st.wake_explicit, (unsigned long)st.wake_rss,
+            (unsigned long)st.bytes_released,
+            (unsigned long)(st.longest_pass_ns / 1000),
+            (unsigned long)(st.longest_vacate_ns / 1000));
+}
+
+/* ---------------------------------------------------------------- */
+/* The printers                                                      */
+
+static void emit(struct out *o, const struct row *r, unsigned flags, int *first)
+{
+    if (flags & STATS_TOTALS)
+        return;
+    if (flags & STATS_JSON) {
+        if (!*first)
+            out_put(o, ",", 1);
+        json_cache(o, r);
+    } else {
+        text_row(o, r);
+    }
+    *first = 0;
+}
+
+int stats_print(int fd, unsigned flags, enum stats_sort sort)
+{
+    cache_init();
+    struct out *o = sdm_malloc(sizeof *o);
+    struct out local_small;             /* no heap: unbuffered-ish fallback */
+    if (!o) {
+        o = &local_small;
+    }
+    o->fd = fd;
+    o->err = 0;
+    o->n = 0;
+    if (flags & STATS_JSON)
+        out_fmt(o, "{\"pid\":%d,\"version\":\"%s\",\"caches\":[", (int)getpid(),
+                SLABDEFRAG_VERSION);
+    else if (!(flags & STATS_TOTALS))
+        text_header(o);
+
+    struct totals t;
+    memset(&t, 0, sizeof t);
+    int first = 1;
+    struct row *rows = sort != STATS_SORT_NONE && !(flags & STATS_TOTALS)
+                           ? sdm_malloc(SD_MAX_CACHES * sizeof *rows) : NULL;
+    size_t n = 0;
+    for (unsigned i = 0; i < SD_MAX_CACHES && !o->err; i++) {
+        struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
+        struct row r;
+        if (!c || !row_fill(&r, c))
+            continue;
+        totals_add(&t, &r);
+        if (rows)
+            rows[n++] = r;
+        else
+            emit(o, &r, flags, &first);
+    }
+    if (rows) {
+        /* Insertion sort, largest key first; ties in id order. */
+        for (size_t i = 1; i < n; i++) {
+            struct row x = rows[i];
+            size_t k = row_key(&x, sort), j = i;
+            while (j > 0 && row_key(&rows[j - 1], sort) < k) {
+                rows[j] = rows[j - 1];
+                j--;
+            }
+            rows[j] = x;
+        }
+        for (size_t i = 0; i < n; i++)
+            emit(o, &rows[i], flags, &first);
+        sdm_free(rows);
+    }
+    if (flags & STATS_JSON) {
+        out_put(o, "],", 2);
+        json_totals(o, &t);
+        out_put(o, "}\n", 2);
+    } else {
+        text_totals(o, &t);
+    }
+    out_flush(o);
+    int err = o->err;
+    if (o != &local_small)
+        sdm_free(o);
+    return err;
+}
+
+int stats_print_cache(int fd, struct sd_cache *c, unsigned flags)
+{
+    struct out *o = sdm_malloc(sizeof *o);
+    if (!o)
+        return -ENOMEM;
+    o->fd = fd;
+    o->err = 0;
+    o->n = 0;
+    struct row r;
+    row_fill(&r, c);
+    if (flags & STATS_JSON) {
+        json_cache(o, &r);
+        out_put(o, "\n", 1);
+    } else {
+        char flg[16];
+        flags_str(c, flg);
+        out_fmt(o, "Cache %s\n", c->name);
+        out_fmt(o, "  %-18s %u bytes (stride %u, align %u, free pointer at +%u)\n",
+                "object size", c->object_size, c->size, c->align, c->fp_off);
+        out_fmt(o, "  %-18s %zu bytes, %u objects, %u bytes left over\n", "slab",
+                slab_bytes(c), c->capacity,
+                (unsigned)(slab_bytes(c) - (size_t)c->capacity * c->size));
+        out_fmt(o, "  %-18s %zu: %zu active, %zu partial, %zu full, %zu frozen, "
+                "%zu empty\n", "slabs", r.u.slabs, r.u.active, r.u.partial, r.u.full,
+                r.u.frozen, r.u.empty);
+        out_fmt(o, "  %-18s %zu in use of %zu (%u%% of slab space used)\n",
+                "objects", r.u.objects_inuse, r.u.slabs * c->capacity,
+                pct(r.used, r.space));
+        out_fmt(o, "  %-18s %s%s%s%s\n", "kind",
+                c->is_malloc ? "malloc size class" : "typed cache",
+                c->has_ops ? ", get/kick" : "", c->ctor ? ", ctor" : "",
+                c->dead ? ", destroyed" : "");
+        out_fmt(o, "  %-18s %s\n", "flags", flg[0] ? flg : "-");
+        out_fmt(o, "  %-18s %s\n", "aliases", c->aliases[0] ? c->aliases : "-");
+        out_fmt(o, "  counters:\n");
+        for (unsigned i = 0; i < SD_NSTATS; i++)
+            out_fmt(o, "    %-18s %12lu  %s\n", sd_stat_names[i],
+                    stat_of(c, (enum sd_stat)i), stat_docs[i]);
+    }
+    out_flush(o);
+    int err = o->err;
+    sdm_free(o);
+    return err;
+}
+
+SD_EXPORT int sd_stats_print(int fd)
+{
+    return stats_print(fd, 0, STATS_SORT_NONE);
 }

@@ -1,0 +1,56 @@
+/*
+ * classes/fork.c - fork safety for the allocator's own locks.
+ *
+ * Registered once, from the first use of the allocator (cache_init): the
+ * static core used by the tests has no preload constructor, and a forking
+ * program may never reach one.  glibc keeps its first 48 atfork handlers in
+ * static storage, so registering does not allocate.
+ *
+ * prepare takes every allocator lock in the documented order
+ * (classes/cache.c): the cache registry, the thread registry, the segment
+ * and large-block leaves, every slab lock, every cache list lock.  The
+ * parent releases them.  The child resets them (it runs as a new tid) and
+ * gives back the slabs of the threads that did not survive the fork.
+ * Layers above (the shrinker, the control socket) register their own child
+ * handlers later, so they run after this one.
+ */
+#include <pthread.h>
+
+#include "cache.h"
+#include "large.h"
+#include "segment.h"
+#include "tcache.h"
+
+static void fork_prepare(void)
+{
+    sd_mutex_lock(&sd_caches_lock);
+    tcache_lock_registry();
+    segment_lock_all();
+    large_lock_all();
+    cache_lock_all();
+}
+
+static void fork_parent(void)
+{
+    cache_unlock_all(0);
+    large_unlock_all(0);
+    segment_unlock_all(0);
+    tcache_unlock_registry(0);
+    sd_mutex_unlock(&sd_caches_lock);
+}
+
+static void fork_child(void)
+{
+    sd_tc.tid = 0;                  /* a new thread id in the child */
+    cache_unlock_all(1);
+    large_unlock_all(1);
+    segment_unlock_all(1);
+    tcache_unlock_registry(1);
+    sd_mutex_reset_child(&sd_caches_lock);
+    tcache_after_fork_child();
+}
+
+void fork_handlers_install(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
