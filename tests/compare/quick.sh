@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tests/compare/quick.sh - test of scripts/compare's quick mode.
+#
+#   tests/compare/quick.sh BUILD_DIR/libslabdefrag.so
+#
+# Runs `scripts/compare --quick --no-setup --lib LIB` into a temporary
+# results directory (the bench programs are taken from LIB's directory,
+# i.e. the meson build dir) and checks that:
+#   - compare exits 0 (every run of throughput and frag succeeded under
+#     every allocator: a crash under slabdefrag fails this test too);
+#   - runs.csv has an `ok` row per workload for each of slabdefrag,
+#     jemalloc, glibc, mimalloc, tcmalloc;
+#   - the printed tables have a row for each of them, with no FAILED;
+#   - samples.csv, summary.csv and tables.txt exist and are not empty;
+#   - with gnuplot installed, throughput.png and frag.png exist; without
+#     it, compare printed its `apt-get install gnuplot-nox` line.
+# The allocators other than slabdefrag come from Debian packages that
+# scripts/setup installs; a missing one fails the test with its name.
+set -euo pipefail
+lib=${1:?usage: quick.sh path/to/libslabdefrag.so}
+case $lib in /*) ;; *) lib=$PWD/$lib ;; esac
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+unset MALLOC_PERTURB_ LD_PRELOAD
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/compare-quick.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { echo "quick.sh: FAIL: $*" >&2; exit 1; }
+
+rc=0
+"$root/scripts/compare" --quick --no-setup --lib "$lib" --out "$tmp/res" \
+  >"$tmp/stdout" 2>"$tmp/stderr" || rc=$?
+cat "$tmp/stdout"
+if [ "$rc" != 0 ]; then
+  sed 's/^/  stderr: /' "$tmp/stderr" | tail -20 >&2
+  fail "scripts/compare --quick exited with $rc"
+fi
+
+for f in runs.csv samples.csv summary.csv tables.txt; do
+  [ -s "$tmp/res/$f" ] || fail "results/$f missing or empty"
+done
+grep -q "^results in $tmp/res\$" "$tmp/stdout" || fail "no 'results in DIR' line"
+
+for w in throughput frag; do
+  grep -q "^== $w:" "$tmp/stdout" || fail "no table for $w"
+  for a in slabdefrag jemalloc glibc mimalloc tcmalloc; do
+    grep -q "^$w,$a,1,ok," "$tmp/res/runs.csv" || fail "runs.csv: no ok row for $w/$a"
+    grep -q "^$w,$a," "$tmp/res/summary.csv" || fail "summary.csv: no row for $w/$a"
+    # the table row: after the '== w:' header, before the next blank line
+    awk -v w="$w" -v a="$a" '
+      $0 ~ "^== " w ":" { on = 1; next }
+      on && /^$/ { on = 0 }
+      on && $1 == a && $2 != "FAILED" { found = 1 }
+      END { exit !found }' "$tmp/stdout" || fail "table $w: no row for $a"
+    awk -F, -v w="$w" -v a="$a" '$1 == w && $2 == a { n++ } END { exit !(n > 0) }' \
+      "$tmp/res/samples.csv" || fail "samples.csv: no samples for $w/$a"
+  done
+done
+if grep -q FAILED "$tmp/stdout"; then fail "a table says FAILED"; fi
+# Plots: one PNG per workload with gnuplot, else the one-line hint.
+if command -v gnuplot >/dev/null 2>&1; then
+  for w in throughput frag; do
+    [ -s "$tmp/res/$w.png" ] || fail "gnuplot is installed but $w.png is missing"
+  done
+else
+  grep -q 'apt-get install gnuplot-nox' "$tmp/stdout" || fail "no gnuplot hint line"
+fi
+echo "quick.sh: ok"
