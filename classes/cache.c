@@ -52,6 +52,7 @@
 #include "cache.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "debug.h"
@@ -101,6 +102,10 @@ void cache_init(void)
     static int done;
     if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
         return;
+    /* Before any allocator lock is taken: a fork from another thread while
+     * this one holds a lock must already run our handlers. */
+    static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&fork_once, fork_handlers_install);
     sd_mutex_lock(&sd_caches_lock);
     if (!done) {
         options_init();
@@ -113,7 +118,6 @@ void cache_init(void)
             c->is_malloc = 1;
             sd_caches[i] = c;
         }
-        fork_handlers_install();
         __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
     }
     sd_mutex_unlock(&sd_caches_lock);

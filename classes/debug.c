@@ -438,7 +438,7 @@ void debug_free(struct sd_cache *c, struct slab *s, void *ptr, const char *call)
 
     sd_spin_lock(&s->lock);
     unsigned state = s->state;
-    if (s->cache != c || state < SLAB_ACTIVE || state > SLAB_EMPTY) {
+    if (s->cache != c || (!slab_state_live(state) && state != SLAB_EMPTY)) {
         sd_spin_unlock(&s->lock);
         sd_fatal("%s(): invalid pointer %p (its slab no longer belongs to "
                  "cache %s)", call, ptr, c->name);

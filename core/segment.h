@@ -47,11 +47,14 @@ static inline struct segment *segment_of(const void *p)
  * always UNUSED (zero): callers check the state. */
 static inline struct slab *segment_slab_of(const void *p)
 {
-    struct segment *seg = segment_of(p);
-    if (!seg)
+    uintptr_t a = (uintptr_t)p;
+    if (unlikely(a >> SD_VA_BITS))
         return NULL;
-    uintptr_t slot = ((uintptr_t)p - (uintptr_t)seg) >> seg->slot_shift;
-    return &seg->slabs[slot];
+    uintptr_t i = a >> SD_SEGMENT_SHIFT;
+    if (!(segment_map[i >> 6] >> (i & 63) & 1))
+        return NULL;
+    struct segment *seg = (struct segment *)(a & ~(SD_SEGMENT_SIZE - 1));
+    return &seg->slabs[(a - (uintptr_t)seg) >> seg->slot_shift];
 }
 
 /* Iterate over every slab descriptor in use (for fork, stats, validation).

@@ -12,6 +12,16 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     s->size = size;
     s->capacity = capacity;
     s->recip = ((1ULL << 40) + size - 1) / size;
+    /* Divisibility by size in one multiply: off % size == 0 iff off has tz
+     * low zero bits and ror(off * inv, tz) <= divlim (Hacker's Delight 10-17). */
+    unsigned tz = (unsigned)__builtin_ctz(size);
+    uint64_t odd = size >> tz, inv = odd;
+    for (int i = 0; i < 5; i++)
+        inv *= 2 - odd * inv;               /* Newton: inv * odd == 1 */
+    s->tz = (uint8_t)tz;
+    s->inv = inv;
+    s->divlim = UINT64_MAX / size;
+    s->span = size * capacity;
     s->inuse = 0;
     void **prev = &s->freelist;
     for (uint32_t i = 0; i < capacity; i++) {

@@ -28,11 +28,11 @@ void slab_resequence(struct slab *s);
 /* Is p the address of an object of s (inside and on a boundary)? */
 static inline int slab_contains(const struct slab *s, const void *p)
 {
-    /* p is in s's slot (found from its address), so 0 <= off < slot size
-     * and the reciprocal gives the exact quotient. */
-    uintptr_t off = (uintptr_t)p - (uintptr_t)s->start;
-    uint32_t i = slab_index(s, p);
-    return i < s->capacity && (uintptr_t)i * s->size == off;
+    /* off % size == 0 as a rotate of one product (see slab_format). */
+    uint64_t off = (uintptr_t)p - (uintptr_t)s->start;
+    uint64_t q = off * s->inv;
+    q = (q >> s->tz) | (q << ((64 - s->tz) & 63));
+    return off < s->span && q <= s->divlim;
 }
 
 #endif

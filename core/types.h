@@ -76,26 +76,32 @@ enum slab_state {
 struct sd_cache;
 
 struct slab {
+    /* First cache line: everything the owner's lock-free free touches. */
     sd_spin   lock;           /* guards freelist, inuse, state, owner */
     uint8_t   state;          /* enum slab_state */
     uint8_t   kind;           /* segment kind (slot size) */
     uint16_t  bin;            /* cache id: index of the owner's tbin */
     uint16_t  fpo;            /* bytes from an object to its free pointer */
-    uint16_t  pad;
+    uint8_t   tz;             /* trailing zero bits of size */
+    uint8_t   pad;
     uint32_t  inuse;          /* objects not on freelist */
+    uint32_t  span;           /* capacity * size: bytes of objects */
+    uintptr_t owner;          /* tcache token of the active thread, or 0 */
+    char     *start;          /* first object */
+    uint64_t  inv;            /* inverse of size's odd part mod 2^64 */
+    uint64_t  divlim;         /* (2^64-1) / size */
+    void     *local_free;     /* OWNED: frees by the owner, no lock */
+    uint32_t  nlocal;         /* objects on local_free (owner only) */
     uint32_t  capacity;       /* objects per slab */
+    /* Second line: the locked paths. */
     uint32_t  size;           /* bytes between objects */
     uint64_t  recip;          /* ceil(2^40 / size): offset -> index */
-    char     *start;          /* first object */
     void     *freelist;       /* shared freelist (remote frees land here) */
-    uintptr_t owner;          /* tcache token of the active thread, or 0 */
     struct sd_cache *cache;
     struct sd_list link;      /* cache->partial, cache->empty, or the
                                  owner's ring (tbin->owned) */
-    void     *local_free;     /* OWNED: frees by the owner, no lock */
-    uint32_t  nlocal;         /* objects on local_free (owner only) */
     uint64_t  empty_since;    /* ns, when it joined cache->empty */
-};
+} __attribute__((aligned(64)));   /* 128 bytes: slot -> descriptor is a shift */
 
 struct segment {
     uint32_t magic;           /* SEGMENT_MAGIC */
