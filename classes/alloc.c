@@ -55,6 +55,13 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
     cache_stat_add(c, SD_STAT_ALLOC_REFILL, 1);
 
     struct slab *s = b->slab;
+    if (s && s->local_free) {               /* our own frees: no lock */
+        b->free = s->local_free;
+        b->nfree = s->nlocal;
+        s->local_free = NULL;
+        s->nlocal = 0;
+        return cache_alloc_fast(c, b, c->fp_off);
+    }
     if (s) {
         sd_spin_lock(&s->lock);
         if (s->freelist) {                  /* frees from other threads */

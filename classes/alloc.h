@@ -4,8 +4,11 @@
  *
  * Fast allocation pops the thread's private freelist: two loads, two
  * stores and one unlikely branch to cache_alloc_slow().  Fast free pushes
- * onto it when the object's slab is the thread's active slab; anything
- * else goes to cache_free_slow(), under the slab lock.
+ * onto the slab's local list when the slab is owned by this thread (its
+ * active slab or one on its ring), with no lock and no atomic; the slow
+ * allocation path swaps the active slab's local list in (mimalloc's
+ * free/local_free split).  Anything else goes to cache_free_slow(), under
+ * the slab lock.
  */
 #ifndef SD_CLASSES_ALLOC_H
 #define SD_CLASSES_ALLOC_H
@@ -54,21 +57,13 @@ static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b,
 static inline void cache_free_fast(struct slab *s, void *p, const char *call)
 {
     if (likely(s->owner == sd_tc.token) && likely(slab_contains(s, p))) {
-        struct tbin *b = s->bin < SD_NCLASSES ? &sd_tc.bins[s->bin]
-                                              : &sd_tc.ubins[s->bin - SD_NCLASSES];
-        if (likely(s == b->slab)) {             /* the active slab */
-            if (unlikely(p == b->free))
-                report_double_free(call, p, s->cache);
-            *slab_fp(s, p) = b->free;
-            b->free = p;
-            b->nfree++;
-        } else {                                /* a slab on our ring */
-            if (unlikely(p == s->local_free))
-                report_double_free(call, p, s->cache);
-            *slab_fp(s, p) = s->local_free;
-            s->local_free = p;
-            s->nlocal++;
-        }
+        /* Our active slab or one on our ring: its local list, which the
+         * allocation path takes over when the private list runs dry. */
+        if (unlikely(p == s->local_free))
+            report_double_free(call, p, s->cache);
+        *slab_fp(s, p) = s->local_free;
+        s->local_free = p;
+        s->nlocal++;
         return;
     }
     cache_free_slow(s, p, call);

@@ -396,7 +396,7 @@ static void usage_one(struct slab *s, void *arg)
         if (s->state != SLAB_UNUSED && s->state != SLAB_RELEASING) {
             w->u->slabs++;
             w->u->objects_inuse += s->inuse;
-            if (s->state == SLAB_OWNED)     /* owner's lock-free frees */
+            if (s->state == SLAB_OWNED || s->state == SLAB_ACTIVE)
                 w->u->objects_inuse -= __atomic_load_n(&s->nlocal, __ATOMIC_RELAXED);
         }
     }

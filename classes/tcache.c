@@ -125,22 +125,29 @@ struct tbin *tcache_ubin(uint16_t id)
     return &t->ubins[id - SD_NCLASSES];
 }
 
+/* Put a thread-private list of n objects of s back on its shared freelist
+ * (slab locked). */
+static void list_splice_free(struct slab *s, void *head, uint32_t n)
+{
+    if (!head)
+        return;
+    void *tail = head;
+    while (*slab_fp(s, tail))
+        tail = *slab_fp(s, tail);
+    *slab_fp(s, tail) = s->freelist;
+    s->freelist = head;
+    s->inuse -= n;
+}
+
 void tcache_owned_release(struct tbin *b, struct slab *s)
 {
     struct sd_cache *c = s->cache;
     list_del(&s->link);
     b->nowned--;
     sd_spin_lock(&s->lock);
-    if (s->local_free) {
-        void *tail = s->local_free;
-        while (*slab_fp(s, tail))
-            tail = *slab_fp(s, tail);
-        *slab_fp(s, tail) = s->freelist;
-        s->freelist = s->local_free;
-        s->inuse -= s->nlocal;
-        s->local_free = NULL;
-        s->nlocal = 0;
-    }
+    list_splice_free(s, s->local_free, s->nlocal);
+    s->local_free = NULL;
+    s->nlocal = 0;
     int release = cache_slab_settle_locked(c, s, 0);
     sd_spin_unlock(&s->lock);
     cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
@@ -157,14 +164,10 @@ void tcache_flush_bin(struct tbin *b)
         return;
     struct sd_cache *c = s->cache;
     sd_spin_lock(&s->lock);
-    if (b->free) {
-        void *tail = b->free;
-        while (*slab_fp(s, tail))
-            tail = *slab_fp(s, tail);
-        *slab_fp(s, tail) = s->freelist;
-        s->freelist = b->free;
-        s->inuse -= b->nfree;
-    }
+    list_splice_free(s, b->free, b->nfree);
+    list_splice_free(s, s->local_free, s->nlocal);
+    s->local_free = NULL;
+    s->nlocal = 0;
     b->free = NULL;
     b->nfree = 0;
     b->slab = NULL;

@@ -17,7 +17,8 @@
  *   inuse == capacity - |freelist|            (under the slab lock)
  *   objects handed out == inuse - |owner's private list| (tbin.nfree)
  *   owner != 0  <=>  state is ACTIVE or OWNED  (set/cleared under the lock)
- *   OWNED: objects handed out == inuse - nlocal (local_free: owner only)
+ *   ACTIVE/OWNED: objects handed out == inuse - nlocal - (ACTIVE: the
+ *   owner's tbin.nfree); local_free and nlocal: owner only
  *   state PARTIAL <=> on cache->partial; EMPTY <=> on cache->empty
  *   free objects hold the next-free pointer at byte fpo: 0, or past the
  *   object for caches with a ctor (a free object stays constructed).
@@ -90,7 +91,7 @@ struct slab {
     char     *start;          /* first object */
     uint64_t  inv;            /* inverse of size's odd part mod 2^64 */
     uint64_t  divlim;         /* (2^64-1) / size */
-    void     *local_free;     /* OWNED: frees by the owner, no lock */
+    void     *local_free;     /* ACTIVE/OWNED: the owner's frees, no lock */
     uint32_t  nlocal;         /* objects on local_free (owner only) */
     uint32_t  capacity;       /* objects per slab */
     /* Second line: the locked paths. */
