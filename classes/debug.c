@@ -495,8 +495,8 @@ void debug_free(struct sd_cache *c, struct slab *s, void *ptr, const char *call)
 
     if (rz.at >= 0) {
         report_head("red zone overwritten", c, s, p);
-        sd_dprintf(2, "  %s(): %u bytes after the end of the %u-byte object "
-                      "were written, from byte %d of the red zone on:\n",
+        sd_dprintf(2, "  %s(): the red zone (the %u bytes after the %u-byte "
+                      "object) was overwritten from its byte %d on:\n",
                    call, c->fp_off - c->object_size, c->object_size, rz.at);
         dump_bytes(rz.bytes, rz.len, rz.base);
         report_tail(&sn);

@@ -8,8 +8,9 @@
  * nr_partial / nr_empty.  Then every slab in every segment, under its slab
  * lock: a valid state, a registered cache, the cache's geometry, a freelist
  * whose pointers stay inside the slab on object boundaries without a cycle,
- * inuse == capacity - |freelist| (except ACTIVE slabs, whose free objects
- * sit on the owner's private list), owner set exactly when ACTIVE, and
+ * inuse == capacity - |freelist| (except ACTIVE and OWNED slabs, whose
+ * free objects also sit on the owner's private lists), owner set exactly
+ * when ACTIVE or OWNED, and
  * list membership that agrees with the state.
  */
 #include "validate.h"
@@ -30,8 +31,11 @@ struct vctx {
 };
 
 static const char *const state_names[] = {
-    "UNUSED", "ACTIVE", "PARTIAL", "FULL", "EMPTY", "FROZEN", "RELEASING",
+    [SLAB_UNUSED] = "UNUSED", [SLAB_ACTIVE] = "ACTIVE", [SLAB_OWNED] = "OWNED",
+    [SLAB_PARTIAL] = "PARTIAL", [SLAB_FULL] = "FULL", [SLAB_EMPTY] = "EMPTY",
+    [SLAB_FROZEN] = "FROZEN", [SLAB_RELEASING] = "RELEASING",
 };
+#define NSTATES (sizeof state_names / sizeof state_names[0])
 
 static void corrupt(struct vctx *v, const char *cache, const void *slab,
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -88,7 +92,7 @@ static void check_list(struct vctx *v, struct sd_cache *c, struct sd_list *head,
         if (sd_spin_trylock(&s->lock)) {
             if (s->state != state)
                 corrupt(v, c->name, s->start, "on the %s list in state %s", list,
-                        s->state < 7 ? state_names[s->state] : "invalid");
+                        s->state < NSTATES ? state_names[s->state] : "invalid");
             sd_spin_unlock(&s->lock);
         }
         if (++n > bound) {
@@ -165,7 +169,8 @@ static void check_slab(struct slab *s, void *arg)
         map[i >> 6] |= 1ULL << (i & 63);
         nfree++;
     }
-    if (list_ok && state != SLAB_ACTIVE && s->inuse != s->capacity - nfree)
+    int owned = state == SLAB_ACTIVE || state == SLAB_OWNED;
+    if (list_ok && !owned && s->inuse != s->capacity - nfree)
         corrupt(v, name, s->start, "inuse %u, but capacity %u - %u free = %u",
                 s->inuse, s->capacity, nfree, s->capacity - nfree);
     if (state == SLAB_FULL && s->inuse != s->capacity)
@@ -173,14 +178,15 @@ static void check_slab(struct slab *s, void *arg)
                 s->capacity);
     if (state == SLAB_EMPTY && s->inuse != 0)
         corrupt(v, name, s->start, "EMPTY with %u objects in use", s->inuse);
-    if ((state == SLAB_ACTIVE) != (s->owner != 0))
+    if (owned != (s->owner != 0))
         corrupt(v, name, s->start, "state %s with owner %p", state_names[state],
                 (void *)s->owner);
     int linked = s->link.next != &s->link;
     if ((state == SLAB_ACTIVE || state == SLAB_FULL) && linked)
         corrupt(v, name, s->start, "state %s but linked on a list",
                 state_names[state]);
-    if ((state == SLAB_PARTIAL || state == SLAB_EMPTY) && !linked)
+    if ((state == SLAB_PARTIAL || state == SLAB_EMPTY || state == SLAB_OWNED) &&
+        !linked)
         corrupt(v, name, s->start, "state %s but on no list", state_names[state]);
 out:
     sd_spin_unlock(&s->lock);
