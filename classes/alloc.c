@@ -26,8 +26,8 @@ void report_double_free(const char *call, const void *p, const struct sd_cache *
 /* Make s the thread's active slab (s locked; unlocked on return). */
 static void activate_unlock(struct tbin *b, struct slab *s)
 {
-    s->state = SLAB_ACTIVE;
-    s->owner = sd_tc.token;
+    slab_set_state(s, SLAB_ACTIVE);
+    __atomic_store_n(&s->owner, sd_tc.token, __ATOMIC_RELAXED);
     b->slab = s;
     b->free = s->freelist;
     b->nfree = s->capacity - s->inuse;
@@ -39,6 +39,10 @@ static void activate_unlock(struct tbin *b, struct slab *s)
 void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
 {
     struct tcache *t = &sd_tc;
+    /* A malloc cache may not be set up yet (this thread's first call while
+     * another thread runs cache_init): nothing of c is read before. */
+    if (unlikely(t->state != TC_LIVE))
+        cache_init();
     tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
     if (unlikely(c->debug))             /* every allocation of it, even early */
         return debug_alloc(c);
@@ -74,18 +78,26 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         }
         /* Full: keep owning it on the ring, so that this thread's frees
          * into it stay lock-free. */
-        s->state = SLAB_OWNED;
+        slab_set_state(s, SLAB_OWNED);
         sd_spin_unlock(&s->lock);
         b->slab = NULL;
         list_add_head(&b->owned, &s->link);
         if (++b->nowned > TBIN_OWNED_MAX)
             tcache_owned_release(b, list_entry(b->owned.prev, struct slab, link));
     }
-    /* A ring slab with objects freed since: make it active again. */
+    /* A ring slab with objects freed since - by us (its local list, ours
+     * to read) or by others (its shared freelist, under its lock): make it
+     * active again. */
     for (struct sd_list *l = b->owned.next; l != &b->owned; l = l->next) {
         struct slab *o = list_entry(l, struct slab, link);
-        if (!o->nlocal && !__atomic_load_n(&o->freelist, __ATOMIC_RELAXED))
-            continue;
+        if (!o->nlocal) {
+            if (!sd_spin_trylock(&o->lock))
+                continue;
+            int any = o->freelist != NULL;
+            sd_spin_unlock(&o->lock);
+            if (!any)
+                continue;
+        }
         list_del(&o->link);
         b->nowned--;
         sd_spin_lock(&o->lock);
@@ -100,7 +112,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
             o->freelist = NULL;
             o->inuse = o->capacity;
         }
-        o->state = SLAB_ACTIVE;
+        slab_set_state(o, SLAB_ACTIVE);
         b->slab = o;
         sd_spin_unlock(&o->lock);
         return cache_alloc_fast(c, b, c->fp_off);
@@ -163,9 +175,9 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
             sd_spin_lock(&s->lock);
         }
         sd_mutex_lock(&c->list_lock);
-        s->state = SLAB_PARTIAL;
+        slab_set_state(s, SLAB_PARTIAL);
         list_add_head(&c->partial, &s->link);
-        c->nr_partial++;
+        cnt_add(&c->nr_partial, 1);
         sd_mutex_unlock(&c->list_lock);
         sd_spin_unlock(&s->lock);
     }
@@ -178,8 +190,8 @@ static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
     s->freelist = *slab_fp(s, p);
     if (++s->inuse == s->capacity) {
         list_del(&s->link);
-        c->nr_partial--;
-        s->state = SLAB_FULL;
+        cnt_add(&c->nr_partial, -1);
+        slab_set_state(s, SLAB_FULL);
         if (c->defrag_fill == s)
             c->defrag_fill = NULL;
     }
@@ -203,7 +215,7 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
         struct slab *x = list_entry(l, struct slab, link);
         if (sd_spin_trylock(&x->lock)) {
             list_del(&x->link);
-            c->nr_empty--;
+            cnt_add(&c->nr_empty, -1);
             e = x;
             break;
         }
@@ -216,9 +228,9 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
         sd_spin_lock(&e->lock);
     }
     sd_mutex_lock(&c->list_lock);
-    e->state = SLAB_PARTIAL;
+    slab_set_state(e, SLAB_PARTIAL);
     list_add_head(&c->partial, &e->link);
-    c->nr_partial++;
+    cnt_add(&c->nr_partial, 1);
     c->defrag_fill = e;
     void *p = partial_pop_locked(c, e);
     sd_mutex_unlock(&c->list_lock);
@@ -254,12 +266,13 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
     *slab_fp(s, p) = s->freelist;
     s->freelist = p;
     s->inuse--;
+    int went_empty = state == SLAB_PARTIAL && !s->inuse;
     int release = cache_slab_freed_locked(c, s);
     sd_spin_unlock(&s->lock);
     cache_stat_add(c, SD_STAT_FREE_REMOTE, 1);
     if (release)
         cache_slab_release(c, s);
-    else if (state == SLAB_PARTIAL && !s->inuse)
+    else if (went_empty)
         cache_release_empty(c, 0);          /* decay the older empties */
 }
 

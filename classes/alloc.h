@@ -56,7 +56,8 @@ static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b,
 /* Free an object of slab s (found from p); call names the entry point. */
 static inline void cache_free_fast(struct slab *s, void *p, const char *call)
 {
-    if (likely(s->owner == sd_tc.token) && likely(slab_contains(s, p))) {
+    if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == sd_tc.token) &&
+        likely(slab_contains(s, p))) {
         /* Our active slab or one on our ring: its local list, which the
          * allocation path takes over when the private list runs dry. */
         if (unlikely(p == s->local_free))

@@ -236,19 +236,19 @@ size_t cache_slab_release(struct sd_cache *c, struct slab *s)
 static void partial_add_locked(struct sd_cache *c, struct slab *s, int tail)
 {
     SD_ASSERT(sd_mutex_held(&c->list_lock));
-    s->state = SLAB_PARTIAL;
+    slab_set_state(s, SLAB_PARTIAL);
     if (tail)
         list_add_tail(&c->partial, &s->link);
     else
         list_add_head(&c->partial, &s->link);
-    c->nr_partial++;
+    cnt_add(&c->nr_partial, 1);
 }
 
 void cache_partial_del_locked(struct sd_cache *c, struct slab *s)
 {
     SD_ASSERT(sd_mutex_held(&c->list_lock) && s->state == SLAB_PARTIAL);
     list_del(&s->link);
-    c->nr_partial--;
+    cnt_add(&c->nr_partial, -1);
     if (c->defrag_fill == s)
         c->defrag_fill = NULL;
 }
@@ -264,22 +264,22 @@ static int empty_add_locked(struct sd_cache *c, struct slab *s)
     if (keep < sd_opt.retain_empty)
         keep = sd_opt.retain_empty;
     if (c->nr_empty < keep && !c->dead) {
-        s->state = SLAB_EMPTY;
+        slab_set_state(s, SLAB_EMPTY);
         s->empty_since = os_now_ns();
         list_add_head(&c->empty, &s->link);
-        c->nr_empty++;
+        cnt_add(&c->nr_empty, 1);
         return 0;
     }
-    s->state = SLAB_RELEASING;
+    slab_set_state(s, SLAB_RELEASING);
     return 1;
 }
 
 int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail)
 {
     SD_ASSERT(sd_spin_held(&s->lock));
-    s->owner = 0;
+    __atomic_store_n(&s->owner, 0, __ATOMIC_RELAXED);
     if (s->inuse == s->capacity) {
-        s->state = SLAB_FULL;
+        slab_set_state(s, SLAB_FULL);
         return 0;
     }
     int release = 0;
@@ -328,7 +328,7 @@ struct slab *cache_partial_take(struct sd_cache *c)
             struct slab *s = list_entry(l, struct slab, link);
             if (sd_spin_trylock(&s->lock)) {
                 list_del(&s->link);
-                c->nr_empty--;
+                cnt_add(&c->nr_empty, -1);
                 got = s;
                 break;
             }
@@ -354,8 +354,8 @@ size_t cache_release_empty(struct sd_cache *c, int all)
         if (!sd_spin_trylock(&s->lock))
             continue;
         list_del(&s->link);
-        c->nr_empty--;
-        s->state = SLAB_RELEASING;
+        cnt_add(&c->nr_empty, -1);
+        slab_set_state(s, SLAB_RELEASING);
         sd_spin_unlock(&s->lock);
         list_add_head(&doomed, &s->link);
     }

@@ -34,6 +34,13 @@ static struct lentry *table;    /* capacity a power of two */
 static size_t cap, count, mapped;
 static struct cached cache[CACHE_SLOTS];
 static size_t ncached, cached_bytes;
+static size_t ncached_hint;   /* ncached, for unlocked peeks (relaxed) */
+
+static void unlock_large(void)
+{
+    __atomic_store_n(&ncached_hint, ncached, __ATOMIC_RELAXED);
+    sd_mutex_unlock(&lock);
+}
 
 static inline size_t hash(uintptr_t a, size_t mask)
 {
@@ -143,7 +150,7 @@ void *large_alloc(size_t size, size_t align, int zero)
             cache[best] = cache[--ncached];
         }
     }
-    sd_mutex_unlock(&lock);
+    unlock_large();
     if (!e.map) {
         void *m;
         if (os_map_aligned(len, align, &m)) {
@@ -159,7 +166,7 @@ void *large_alloc(size_t size, size_t align, int zero)
     e.usable = e.maplen;
     sd_mutex_lock(&lock);
     if ((count + 1) * 2 > cap && grow_locked()) {
-        sd_mutex_unlock(&lock);
+        unlock_large();
         os_unmap((void *)e.map, e.maplen);
         errno = ENOMEM;
         return NULL;
@@ -167,7 +174,7 @@ void *large_alloc(size_t size, size_t align, int zero)
     insert_raw(table, cap, &e);
     count++;
     mapped += e.maplen;
-    sd_mutex_unlock(&lock);
+    unlock_large();
     return (void *)e.addr;
 }
 
@@ -176,7 +183,7 @@ size_t large_usable(const void *p)
     sd_mutex_lock(&lock);
     struct lentry *e = lookup_locked((uintptr_t)p);
     size_t n = e ? e->usable : 0;
-    sd_mutex_unlock(&lock);
+    unlock_large();
     return n;
 }
 
@@ -187,7 +194,7 @@ int large_free(void *p)
     sd_mutex_lock(&lock);
     struct lentry *e = lookup_locked((uintptr_t)p);
     if (!e) {
-        sd_mutex_unlock(&lock);
+        unlock_large();
         return -1;
     }
     struct cached c = { e->map, e->maplen, os_now_ns() };
@@ -206,7 +213,7 @@ int large_free(void *p)
     } else {
         drop[ndrop++] = c;
     }
-    sd_mutex_unlock(&lock);
+    unlock_large();
     unmap_list(drop, ndrop);
     return 0;
 }
@@ -221,13 +228,13 @@ void *large_realloc(void *p, size_t size)
     sd_mutex_lock(&lock);
     struct lentry *e = lookup_locked((uintptr_t)p);
     if (!e || e->addr != e->map) {
-        sd_mutex_unlock(&lock);
+        unlock_large();
         errno = EINVAL;
         return NULL;
     }
     struct lentry old = *e;
     remove_locked(e);
-    sd_mutex_unlock(&lock);
+    unlock_large();
     /* The block is out of the table while it moves: only its owner may
      * touch it, and the owner is in this call. */
     void *m = (void *)old.map;
@@ -243,7 +250,7 @@ void *large_realloc(void *p, size_t size)
     insert_raw(table, cap, &ne);
     count++;
     mapped += ne.maplen - old.maplen;
-    sd_mutex_unlock(&lock);
+    unlock_large();
     if (err) {
         errno = ENOMEM;
         return NULL;
@@ -257,20 +264,20 @@ size_t large_trim(void)
     size_t ndrop = 0;
     sd_mutex_lock(&lock);
     size_t bytes = decay_locked(0, 1, drop, &ndrop);
-    sd_mutex_unlock(&lock);
+    unlock_large();
     unmap_list(drop, ndrop);
     return bytes;
 }
 
 void large_decay(void)
 {
-    if (!__atomic_load_n(&ncached, __ATOMIC_RELAXED))
+    if (!__atomic_load_n(&ncached_hint, __ATOMIC_RELAXED))
         return;
     struct cached drop[CACHE_SLOTS];
     size_t ndrop = 0;
     sd_mutex_lock(&lock);
     decay_locked(os_now_ns(), 0, drop, &ndrop);
-    sd_mutex_unlock(&lock);
+    unlock_large();
     unmap_list(drop, ndrop);
 }
 
@@ -280,7 +287,7 @@ void large_usage(size_t *blocks, size_t *bytes, size_t *cbytes)
     if (blocks) *blocks = count;
     if (bytes) *bytes = mapped;
     if (cbytes) *cbytes = cached_bytes;
-    sd_mutex_unlock(&lock);
+    unlock_large();
 }
 
 void large_lock_all(void) { sd_mutex_lock(&lock); }
@@ -290,5 +297,5 @@ void large_unlock_all(int child)
     if (child)
         sd_mutex_reset_child(&lock);
     else
-        sd_mutex_unlock(&lock);
+        unlock_large();
 }

@@ -112,7 +112,7 @@ size_t segment_slab_free(struct slab *s)
     os_purge(s->start, bytes);
     unsigned i = (unsigned)(s - seg->slabs);
     sd_mutex_lock(&k->lock);
-    s->state = SLAB_UNUSED;
+    slab_set_state(s, SLAB_UNUSED);
     s->cache = NULL;
     seg->used[i >> 6] &= ~(1ULL << (i & 63));
     if (seg->nfree++ == 0) {

@@ -37,7 +37,7 @@ static inline struct segment *segment_of(const void *p)
     if (unlikely(a >> SD_VA_BITS))
         return NULL;
     uintptr_t i = a >> SD_SEGMENT_SHIFT;
-    if (!(segment_map[i >> 6] >> (i & 63) & 1))
+    if (!(__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
         return NULL;
     return (struct segment *)(a & ~(SD_SEGMENT_SIZE - 1));
 }
@@ -51,7 +51,7 @@ static inline struct slab *segment_slab_of(const void *p)
     if (unlikely(a >> SD_VA_BITS))
         return NULL;
     uintptr_t i = a >> SD_SEGMENT_SHIFT;
-    if (!(segment_map[i >> 6] >> (i & 63) & 1))
+    if (!(__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
         return NULL;
     struct segment *seg = (struct segment *)(a & ~(SD_SEGMENT_SIZE - 1));
     return &seg->slabs[(a - (uintptr_t)seg) >> seg->slot_shift];

@@ -119,6 +119,19 @@ struct segment {
 
 #define SEGMENT_MAGIC 0x5ddef7a6u
 
+/* state and owner are written under the slab lock but read without it on
+ * fast paths and hints: relaxed atomics (plain moves on x86) say so. */
+static inline void slab_set_state(struct slab *s, unsigned st)
+{
+    __atomic_store_n(&s->state, (uint8_t)st, __ATOMIC_RELAXED);
+}
+
+/* A counter written under a lock and read without it (relaxed). */
+static inline void cnt_add(size_t *c, long d)
+{
+    __atomic_store_n(c, *c + (size_t)d, __ATOMIC_RELAXED);
+}
+
 /* States in which a slab holds objects that may be freed. */
 static inline int slab_state_live(unsigned st)
 {

@@ -29,6 +29,7 @@ struct shrinker_stats {
     uint64_t bytes_released;    /* by every pass, API ones included */
     uint64_t longest_pass_ns;   /* the longest background pass */
     uint64_t longest_vacate_ns; /* the longest one slab stayed frozen */
+    uint64_t longest_pause_ns;  /* the longest a slab lock was held for get() */
     uint64_t last_pass_ns;      /* monotonic time of the last pass */
 };
 void shrinker_get_stats(struct shrinker_stats *st);

@@ -221,10 +221,12 @@ static void text_totals(struct out *o, const struct totals *t)
             "large: %zu blocks, %s mapped\n", t->objects, t->slabs, a,
             pct(t->used, t->space), lblocks, b);
     out_fmt(o, "Shrinker: %s, %lu passes, %lu bytes released, longest pass "
-            "%lu us, longest vacate %lu us\n", st.running ? "running" : "idle",
+            "%lu us, longest vacate %lu us, longest get() pause %lu us\n",
+            st.running ? "running" : "idle",
             (unsigned long)st.passes, (unsigned long)st.bytes_released,
             (unsigned long)(st.longest_pass_ns / 1000),
-            (unsigned long)(st.longest_vacate_ns / 1000));
+            (unsigned long)(st.longest_vacate_ns / 1000),
+            (unsigned long)(st.longest_pause_ns / 1000));
 }
 
 /* ---------------------------------------------------------------- */
@@ -275,13 +277,15 @@ static void json_totals(struct out *o, const struct totals *t)
             lblocks, lbytes, lcached);
     out_fmt(o, "\"shrinker\":{\"running\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
             "\"wake_pressure\":%lu,\"wake_explicit\":%lu,\"wake_rss\":%lu,"
-            "\"bytes_released\":%lu,\"longest_pass_us\":%lu,\"longest_vacate_us\":%lu}",
+            "\"bytes_released\":%lu,\"longest_pass_us\":%lu,\"longest_vacate_us\":%lu,"
+            "\"longest_pause_us\":%lu}",
             st.running ? "true" : "false", (unsigned long)st.passes,
             (unsigned long)st.wake_interval, (unsigned long)st.wake_pressure,
             (unsigned long)st.wake_explicit, (unsigned long)st.wake_rss,
             (unsigned long)st.bytes_released,
             (unsigned long)(st.longest_pass_ns / 1000),
-            (unsigned long)(st.longest_vacate_ns / 1000));
+            (unsigned long)(st.longest_vacate_ns / 1000),
+            (unsigned long)(st.longest_pause_ns / 1000));
 }
 
 /* ---------------------------------------------------------------- */

@@ -33,6 +33,15 @@
 #include "tcache.h"
 
 uint64_t vacate_longest_ns;
+uint64_t vacate_longest_pause_ns;
+
+static void stat_max(uint64_t *p, uint64_t v)
+{
+    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0, __ATOMIC_RELAXED,
+                                                   __ATOMIC_RELAXED))
+        ;
+}
 
 /* Vacate frozen slab s, locked by the caller; returns with it unlocked and
  * either released or settled.  Returns the objects left on it. */
@@ -40,7 +49,7 @@ static uint32_t vacate_locked(struct sd_cache *c, struct slab *s, void **vec,
                               size_t *released)
 {
     SD_ASSERT(sd_spin_held(&s->lock) && s->state == SLAB_FROZEN);
-    uint64_t t0 = os_now_ns();
+    uint64_t t0 = os_now_ns(), locked = t0;
     if (s->inuse) {
         int n = slab_collect_inuse(s, vec);
         if (n > 0) {
@@ -50,6 +59,7 @@ static uint32_t vacate_locked(struct sd_cache *c, struct slab *s, void **vec,
             void *priv = c->ops.get(c, n, vec);
             tcache_guard_leave(&g);
             sd_spin_unlock(&s->lock);
+            stat_max(&vacate_longest_pause_ns, os_now_ns() - locked);
             unsigned long kicked = 0;
             for (int i = 0; i < n; i++)
                 kicked += vec[i] != NULL;
@@ -62,7 +72,7 @@ static uint32_t vacate_locked(struct sd_cache *c, struct slab *s, void **vec,
     int release;
     if (left == 0) {
         cache_stat_add(c, SD_STAT_VACATE_SUCCESSES, 1);
-        s->state = SLAB_RELEASING;
+        slab_set_state(s, SLAB_RELEASING);
         release = 1;
     } else {
         slab_resequence(s);
@@ -71,11 +81,7 @@ static uint32_t vacate_locked(struct sd_cache *c, struct slab *s, void **vec,
     sd_spin_unlock(&s->lock);
     if (release)
         *released += cache_slab_release(c, s);
-    uint64_t dt = os_now_ns() - t0;
-    uint64_t old = __atomic_load_n(&vacate_longest_ns, __ATOMIC_RELAXED);
-    while (dt > old && !__atomic_compare_exchange_n(&vacate_longest_ns, &old, dt, 0,
-                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
+    stat_max(&vacate_longest_ns, os_now_ns() - t0);
     return left;
 }
 
@@ -109,7 +115,7 @@ __attribute__((visibility("default"))) int sd_vacate(void *addr)
             cache_partial_del_locked(c, s);
             sd_mutex_unlock(&c->list_lock);
         }
-        s->state = SLAB_FROZEN;
+        slab_set_state(s, SLAB_FROZEN);
         size_t released = 0;
         vacated = vacate_locked(c, s, vec, &released) == 0;
     }
@@ -163,7 +169,7 @@ size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline)
                 break;
             }
             cache_partial_del_locked(c, s);
-            s->state = SLAB_FROZEN;
+            slab_set_state(s, SLAB_FROZEN);
             sd_spin_unlock(&s->lock);
             list_add_tail(&zap, &s->link);
         }
@@ -178,7 +184,7 @@ size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline)
             /* Out of time: back untouched. */
             int release = cache_slab_settle_locked(c, s, 1);
             if (release)
-                s->state = SLAB_RELEASING;
+                slab_set_state(s, SLAB_RELEASING);
             sd_spin_unlock(&s->lock);
             if (release)
                 released += cache_slab_release(c, s);

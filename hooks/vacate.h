@@ -18,7 +18,10 @@ struct sd_cache;
  * the bytes returned to the OS. */
 size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline_ns);
 
-/* The longest time one vacate kept a slab frozen, in ns. */
+/* The longest time one vacate kept a slab frozen (get, kick and all), and
+ * the longest the slab lock was held across get() - the pause frees of
+ * the program can see - in ns. */
 extern SD_HIDDEN uint64_t vacate_longest_ns;
+extern SD_HIDDEN uint64_t vacate_longest_pause_ns;
 
 #endif

@@ -451,11 +451,16 @@ int main(int argc, char **argv)
     if (!use_malloc) {
         totals(&tb);
         /* 3. Defragment: sparse slabs are emptied by moving items. */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int c = 0; c < NCLASSES; c++) {
             int rc = sd_cache_shrink(caches[c]);
             if (rc < 0)
                 shrink_rc = rc;
         }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("shrink_ms=%.1f\n", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                                    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
         totals(&ta);
     }
 #endif
@@ -484,7 +489,11 @@ int main(int argc, char **argv)
     printf("inserted=%llu deleted=%zu live_items=%zu\n",
            (unsigned long long)n, ndel, kv.nitems);
     printf("rss_kb_full=%ld\n", rss_full);
-    printf("live_bytes=%zu\n", live_bytes_all);
+    /* Every byte the program holds: the items (at their class size), and
+     * the hash table and the two bookkeeping arrays, which are live too. */
+    size_t table_bytes = nb * sizeof(*kv.table) + (size_t)n * sizeof(*perm) + (size_t)n;
+    printf("item_bytes=%zu table_bytes=%zu\n", live_bytes_all, table_bytes);
+    printf("live_bytes=%zu\n", live_bytes_all + table_bytes);
     printf("rss_kb_before_shrink=%ld\n", rss_before);
     printf("rss_kb_after_shrink=%ld\n", rss_after);
 #ifndef USE_MALLOC

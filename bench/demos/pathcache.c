@@ -532,7 +532,12 @@ int main(int argc, char **argv)
     int shrink_rc = 0;
 #ifndef USE_MALLOC
     if (!use_malloc) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         shrink_rc = sd_cache_shrink(pentry_cache);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("shrink_ms=%.1f\n", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                                    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
         totals(&ta);
     }
 #endif
@@ -545,7 +550,13 @@ int main(int argc, char **argv)
     printf("rss_kb_full=%ld\n", rss_full);
     printf("live_entries_before_shrink=%zu\n", live);
     printf("live_entries=%zu\n", pc.nr_entries);
-    printf("live_bytes=%zu\n", pc.nr_entries * sizeof(struct pentry));
+    /* Every byte the program holds: the entries, the hash table, and the
+     * permutation and held arrays, which are live too. */
+    size_t table_bytes = nb * sizeof(*pc.table) + (size_t)n * sizeof(*perm) +
+                         (nheld + 1) * (sizeof(*held_ids) + sizeof(*held));
+    printf("entry_bytes=%zu table_bytes=%zu\n",
+           pc.nr_entries * sizeof(struct pentry), table_bytes);
+    printf("live_bytes=%zu\n", pc.nr_entries * sizeof(struct pentry) + table_bytes);
     printf("rss_kb_before_shrink=%ld\n", rss_before);
     printf("rss_kb_after_shrink=%ld\n", rss_after);
 #ifndef USE_MALLOC
