@@ -104,8 +104,7 @@ void cache_init(void)
         return;
     /* Before any allocator lock is taken: a fork from another thread while
      * this one holds a lock must already run our handlers. */
-    static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-    pthread_once(&fork_once, fork_handlers_install);
+    fork_handlers_install();
     sd_mutex_lock(&sd_caches_lock);
     if (!done) {
         options_init();

@@ -1,9 +1,9 @@
 /*
  * classes/fork.c - fork safety for the allocator's own locks.
  *
- * Registered once, from the first use of the allocator (cache_init): the
- * static core used by the tests has no preload constructor, and a forking
- * program may never reach one.  glibc keeps its first 48 atfork handlers in
+ * Registered once, before main (a constructor here, so the static core
+ * used by the tests has it too) or at the allocator's first use if that
+ * comes earlier (cache_init).  glibc keeps its first 48 atfork handlers in
  * static storage, so registering does not allocate.
  *
  * prepare takes every allocator lock in the documented order
@@ -50,7 +50,23 @@ static void fork_child(void)
     tcache_after_fork_child();
 }
 
+/* Once, without waiting: a thread that finds another one registering goes
+ * on (the handlers are about to exist).  No pthread_once: a child forked
+ * while another thread was inside it must not wait for a thread that is
+ * gone (and sanitizers' pthread_once does not survive that). */
 void fork_handlers_install(void)
 {
+    static int state;               /* 0 none, 1 registering, 2 done */
+    int expect = 0;
+    if (!__atomic_compare_exchange_n(&state, &expect, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+}
+
+/* Before main, while the process has one thread. */
+__attribute__((constructor(101))) static void fork_init(void)
+{
+    fork_handlers_install();
 }
