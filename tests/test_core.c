@@ -1,0 +1,603 @@
+/*
+ * tests/test_core.c - unit tests of the static core (libsdcore.a): the
+ * sdm_* malloc family of classes/sdmalloc.h and the sd_cache_* API of
+ * hooks/slabdefrag.h.  The program keeps glibc's malloc; only sdm_* and
+ * sd_* reach slabdefrag.  This is what the ASan+UBSan build runs.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sdmalloc.h"
+#include "slabdefrag.h"
+
+#define KiB ((size_t)1024)
+#define MiB (KiB * 1024)
+
+static void *volatile sink;
+
+static inline uint8_t pat(size_t i, unsigned seed)
+{
+    return (uint8_t)(seed * 131u + i * 31u + (i >> 8));
+}
+static void fill(void *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        ((uint8_t *)p)[i] = pat(i, seed);
+}
+static size_t check(const void *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (((const uint8_t *)p)[i] != pat(i, seed))
+            return i;
+    return SIZE_MAX;
+}
+static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* ---- sdm_* -------------------------------------------------------------- */
+
+Test(unit, sdm_malloc_sizes_aligned_usable)
+{
+    for (size_t n = 0; n <= 70000; n += (n < 1024 ? 1 : n < 33000 ? 13 : 997)) {
+        uint8_t *p = sdm_malloc(n);
+        cr_assert_not_null(p, "sdm_malloc(%zu)", n);
+        cr_assert(aligned(p, 16), "sdm_malloc(%zu) = %p", n, (void *)p);
+        size_t u = sdm_usable_size(p);
+        cr_assert_geq(u, n, "usable(%zu) = %zu", n, u);
+        if (u) {
+            p[0] = 1;
+            p[u - 1] = 2;
+        }
+        sdm_free(p);
+    }
+    size_t large[] = { 100 * KiB, 1 * MiB + 3, 9 * MiB, 64 * MiB };
+    for (int i = 0; i < 4; i++) {
+        uint8_t *p = sdm_malloc(large[i]);
+        cr_assert_not_null(p);
+        cr_assert(aligned(p, 16));
+        cr_assert_geq(sdm_usable_size(p), large[i]);
+        p[large[i] - 1] = 1;
+        sdm_free(p);
+    }
+}
+
+Test(unit, sdm_malloc_zero_unique)
+{
+    void *a = sdm_malloc(0), *b = sdm_malloc(0);
+    cr_assert_not_null(a);
+    cr_assert_not_null(b);
+    cr_assert_neq(a, b);
+    sdm_free(a);
+    sdm_free(b);
+}
+
+Test(unit, sdm_malloc_huge_enomem)
+{
+    errno = 0;
+    sink = sdm_malloc(SIZE_MAX / 2);
+    cr_assert_null(sink);
+    cr_assert_eq(errno, ENOMEM);
+    errno = 0;
+    sink = sdm_malloc(SIZE_MAX);
+    cr_assert_null(sink);
+    cr_assert_eq(errno, ENOMEM);
+}
+
+Test(unit, sdm_free_null_and_errno)
+{
+    errno = 55;
+    sdm_free(NULL);
+    cr_assert_eq(errno, 55);
+    size_t sizes[] = { 8, 500, 30000, 40000, 3 * MiB };
+    for (int i = 0; i < 5; i++) {
+        void *p = sdm_malloc(sizes[i]);
+        cr_assert_not_null(p);
+        errno = 55;
+        sdm_free(p);
+        cr_assert_eq(errno, 55, "sdm_free of %zu bytes changed errno", sizes[i]);
+    }
+}
+
+Test(unit, sdm_usable_size_null)
+{
+    cr_assert_eq(sdm_usable_size(NULL), 0);
+}
+
+Test(unit, sdm_calloc_zero_and_overflow)
+{
+    for (int r = 0; r < 50; r++) {
+        size_t n = 100 + (size_t)r * 997;
+        uint8_t *p = sdm_malloc(n);
+        cr_assert_not_null(p);
+        memset(p, 0xAA, n);
+        sdm_free(p);
+        uint8_t *q = sdm_calloc(n, 1);
+        cr_assert_not_null(q);
+        for (size_t i = 0; i < n; i++)
+            if (q[i])
+                cr_assert_fail("sdm_calloc(%zu): byte %zu = %#x", n, i, q[i]);
+        sdm_free(q);
+    }
+    errno = 0;
+    sink = sdm_calloc(SIZE_MAX / 2 + 1, 2);
+    cr_assert_null(sink);
+    cr_assert_eq(errno, ENOMEM);
+    errno = 0;
+    sink = sdm_calloc((size_t)1 << 40, (size_t)1 << 40);
+    cr_assert_null(sink);
+    cr_assert_eq(errno, ENOMEM);
+}
+
+Test(unit, sdm_calloc_large_zeroed_after_reuse)
+{
+    for (int r = 0; r < 10; r++) {
+        size_t n = 2 * MiB + (size_t)r * 4096;
+        uint8_t *p = sdm_malloc(n);
+        cr_assert_not_null(p);
+        memset(p, 0xAA, n);
+        sdm_free(p);
+        uint8_t *q = sdm_calloc(1, n);
+        cr_assert_not_null(q);
+        for (size_t i = 0; i < n; i += 512)
+            cr_assert_eq(q[i], 0, "large calloc byte %zu not zero", i);
+        cr_assert_eq(q[n - 1], 0);
+        sdm_free(q);
+    }
+}
+
+Test(unit, sdm_realloc_content)
+{
+    static const size_t s[] = { 1, 16, 17, 100, 1000, 4096, 20000, 32768, 32769,
+                                100000, 5 * MiB };
+    enum { NS = sizeof s / sizeof s[0] };
+    unsigned seed = 3;
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < NS; j++, seed++) {
+            uint8_t *p = sdm_malloc(s[i]);
+            cr_assert_not_null(p);
+            fill(p, s[i], seed);
+            uint8_t *q = sdm_realloc(p, s[j]);
+            cr_assert_not_null(q);
+            size_t keep = s[i] < s[j] ? s[i] : s[j];
+            size_t bad = check(q, keep, seed);
+            cr_assert_eq(bad, SIZE_MAX, "sdm_realloc %zu -> %zu lost byte %zu", s[i], s[j], bad);
+            cr_assert_geq(sdm_usable_size(q), s[j]);
+            sdm_free(q);
+        }
+}
+
+Test(unit, sdm_realloc_edge_cases)
+{
+    void *p = sdm_realloc(NULL, 0);
+    cr_assert_not_null(p, "sdm_realloc(NULL, 0) must return a pointer");
+    void *q = sdm_realloc(p, 0);
+    cr_assert_null(q, "sdm_realloc(p, 0) frees and returns NULL");
+    p = sdm_realloc(NULL, 300);
+    cr_assert_not_null(p);
+    fill(p, 300, 1);
+    errno = 0;
+    sink = sdm_realloc(p, SIZE_MAX / 2);
+    cr_assert_null(sink);
+    cr_assert_eq(errno, ENOMEM);
+    cr_assert_eq(check(p, 300, 1), SIZE_MAX, "failed realloc changed the block");
+    sdm_free(p);
+}
+
+Test(unit, sdm_reallocarray_overflow)
+{
+    void *p = sdm_malloc(64);
+    cr_assert_not_null(p);
+    errno = 0;
+    sink = sdm_reallocarray(p, SIZE_MAX / 2, 3);
+    cr_assert_null(sink);
+    cr_assert_eq(errno, ENOMEM);
+    p = sdm_reallocarray(p, 1000, 8);
+    cr_assert_not_null(p);
+    cr_assert_geq(sdm_usable_size(p), 8000);
+    sdm_free(p);
+}
+
+Test(unit, sdm_memalign_sweep)
+{
+    for (size_t a = 1; a <= 4 * MiB; a *= 2) {
+        size_t sizes[] = { 0, 1, a - 1 ? a - 1 : 1, a, a + 1, 2 * a + 7 };
+        for (int k = 0; k < 6; k++) {
+            uint8_t *p = sdm_memalign(a, sizes[k]);
+            cr_assert_not_null(p, "sdm_memalign(%zu, %zu)", a, sizes[k]);
+            cr_assert(aligned(p, a < 16 ? 16 : a), "sdm_memalign(%zu, %zu) = %p", a,
+                      sizes[k], (void *)p);
+            cr_assert_geq(sdm_usable_size(p), sizes[k]);
+            memset(p, 0x5c, sizes[k]);
+            sdm_free(p);
+        }
+    }
+    size_t big = 16 * MiB;
+    void *p = sdm_memalign(big, 100);
+    cr_assert_not_null(p);
+    cr_assert(aligned(p, big));
+    sdm_free(p);
+}
+
+Test(unit, sdm_memalign_bad_alignment_einval)
+{
+    size_t bad[] = { 0, 3, 24, 48, 4095, 100000 };
+    for (int k = 0; k < 6; k++) {
+        errno = 0;
+        sink = sdm_memalign(bad[k], 64);
+        cr_assert_null(sink, "sdm_memalign(%zu) succeeded", bad[k]);
+        cr_assert_eq(errno, EINVAL, "sdm_memalign(%zu): errno %d", bad[k], errno);
+    }
+}
+
+Test(unit, sdm_posix_memalign_errors)
+{
+    size_t bad[] = { 0, 1, 2, 4, 3, 24, 12 };
+    for (int k = 0; k < 7; k++) {
+        void *p = (void *)0x99;
+        cr_assert_eq(sdm_posix_memalign(&p, bad[k], 10), EINVAL, "align %zu", bad[k]);
+        cr_assert_eq(p, (void *)0x99, "align %zu: *out changed", bad[k]);
+    }
+    void *p = (void *)0x99;
+    cr_assert_eq(sdm_posix_memalign(&p, 64, SIZE_MAX / 2), ENOMEM);
+    cr_assert_eq(p, (void *)0x99);
+    cr_assert_eq(sdm_posix_memalign(&p, 8, 10), 0);
+    cr_assert(aligned(p, 8));
+    sdm_free(p);
+    cr_assert_eq(sdm_posix_memalign(&p, 65536, 10), 0);
+    cr_assert(aligned(p, 65536));
+    sdm_free(p);
+}
+
+Test(unit, sdm_many_alloc_free_cycles, .timeout = 120)
+{
+    enum { LIVE = 4096, OPS = 400000 };
+    static uint8_t *live[LIVE];
+    static size_t len[LIVE];
+    uint64_t rs = 88172645463325252ULL;
+    for (int op = 0; op < OPS; op++) {
+        uint64_t r = rnd(&rs);
+        unsigned k = (unsigned)(r % LIVE);
+        if (live[k]) {
+            size_t bad = check(live[k], len[k] < 64 ? len[k] : 64, k);
+            cr_assert_eq(bad, SIZE_MAX, "op %d: slot %u (%zu B) damaged at %zu", op, k,
+                         len[k], bad);
+            if ((r >> 32) % 8 == 0) {
+                size_t n = (r >> 40) % 3000 + 1;
+                uint8_t *q = sdm_realloc(live[k], n);
+                cr_assert_not_null(q);
+                size_t keep = len[k] < n ? len[k] : n;
+                keep = keep < 64 ? keep : 64;
+                cr_assert_eq(check(q, keep, k), SIZE_MAX, "realloc lost data");
+                live[k] = q;
+                len[k] = n;
+                fill(q, n < 64 ? n : 64, k);
+                continue;
+            }
+            sdm_free(live[k]);
+            live[k] = NULL;
+        } else {
+            size_t n = (r >> 20) % 100 < 95 ? (r >> 32) % 1024 + 1 : (r >> 32) % 50000 + 1;
+            live[k] = sdm_malloc(n);
+            cr_assert_not_null(live[k]);
+            len[k] = n;
+            fill(live[k], n < 64 ? n : 64, k);
+        }
+    }
+    for (unsigned k = 0; k < LIVE; k++)
+        if (live[k]) {
+            cr_assert_eq(check(live[k], len[k] < 64 ? len[k] : 64, k), SIZE_MAX);
+            sdm_free(live[k]);
+        }
+}
+
+Test(unit, sdm_no_overlap_many_live)
+{
+    enum { N = 20000 };
+    static uint8_t *p[N];
+    for (int i = 0; i < N; i++) {
+        size_t n = (size_t)(i % 97) * 11 + 1;
+        p[i] = sdm_malloc(n);
+        cr_assert_not_null(p[i]);
+        fill(p[i], n, (unsigned)i);
+    }
+    for (int i = 0; i < N; i++) {
+        size_t n = (size_t)(i % 97) * 11 + 1;
+        cr_assert_eq(check(p[i], n, (unsigned)i), SIZE_MAX, "block %d overwritten", i);
+        sdm_free(p[i]);
+    }
+}
+
+Test(unit, sdm_trim_releases)
+{
+    enum { N = 30000 };
+    static void *p[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = sdm_malloc(1500);
+        cr_assert_not_null(p[i]);
+        memset(p[i], 1, 1500);
+    }
+    void *big = sdm_malloc(8 * MiB);
+    cr_assert_not_null(big);
+    memset(big, 1, 8 * MiB);
+    for (int i = 0; i < N; i++)
+        sdm_free(p[i]);
+    sdm_free(big);
+    int r = sdm_trim();
+    cr_assert_eq(r, 1, "sdm_trim() after freeing ~50 MiB returned %d", r);
+    int r2 = sdm_trim();
+    cr_assert(r2 == 0 || r2 == 1);
+    void *q = sdm_malloc(1500);
+    cr_assert_not_null(q);
+    sdm_free(q);
+}
+
+/* ---- sd_cache_* ------------------------------------------------------------ */
+
+Test(unit, cache_create_alloc_free_destroy)
+{
+    sd_cache *c = sd_cache_create("unit-basic", 40, 0, 0, NULL, NULL);
+    cr_assert_not_null(c, "sd_cache_create: %s", strerror(errno));
+    enum { N = 5000 };
+    static uint8_t *o[N];
+    for (int i = 0; i < N; i++) {
+        o[i] = sd_cache_alloc(c);
+        cr_assert_not_null(o[i]);
+        cr_assert(aligned(o[i], 16), "object %p not 16-aligned", (void *)o[i]);
+        fill(o[i], 40, (unsigned)i);
+    }
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(check(o[i], 40, (unsigned)i), SIZE_MAX, "object %d overwritten", i);
+        sd_cache_free(c, o[i]);
+    }
+    sd_cache_destroy(c);
+}
+
+Test(unit, cache_info_counts_objects)
+{
+    sd_cache *c = sd_cache_create("unit-info", 72, 8, SD_NO_MERGE, NULL, NULL);
+    cr_assert_not_null(c);
+    struct sd_cache_info in;
+    cr_assert_eq(sd_cache_get_info(c, &in), 0);
+    cr_assert_str_eq(in.name, "unit-info");
+    cr_assert_eq(in.object_size, 72);
+    cr_assert_eq(in.objects_inuse, 0);
+    enum { N = 1000 };
+    void *o[N];
+    for (int i = 0; i < N; i++)
+        cr_assert_not_null(o[i] = sd_cache_alloc(c));
+    cr_assert_eq(sd_cache_get_info(c, &in), 0);
+    cr_assert_geq(in.objects_inuse + in.objects_per_slab, N,
+                  "objects_inuse %zu after %d allocations", in.objects_inuse, N);
+    cr_assert_leq(in.objects_inuse, N);
+    cr_assert_gt(in.objects_per_slab, 0);
+    cr_assert_gt(in.slab_size, 0);
+    cr_assert_geq(in.slabs * in.objects_per_slab, in.objects_inuse);
+    for (int i = 0; i < N; i++)
+        sd_cache_free(c, o[i]);
+    cr_assert_eq(sd_cache_shrink(c), 0);
+    cr_assert_eq(sd_cache_get_info(c, &in), 0);
+    cr_assert_eq(in.objects_inuse, 0, "objects_inuse %zu after freeing all and shrink",
+                 in.objects_inuse);
+    sd_cache_destroy(c);
+}
+
+Test(unit, cache_alignment_and_hwcache)
+{
+    size_t aligns[] = { 16, 32, 64, 128, 256, 1024, 4096 };
+    for (int k = 0; k < 7; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "unit-align-%zu", aligns[k]);
+        sd_cache *c = sd_cache_create(name, 24, aligns[k], 0, NULL, NULL);
+        cr_assert_not_null(c, "align %zu", aligns[k]);
+        void *o[64];
+        for (int i = 0; i < 64; i++) {
+            o[i] = sd_cache_alloc(c);
+            cr_assert_not_null(o[i]);
+            cr_assert(aligned(o[i], aligns[k]), "align %zu: %p", aligns[k], o[i]);
+        }
+        for (int i = 0; i < 64; i++)
+            sd_cache_free(c, o[i]);
+        sd_cache_destroy(c);
+    }
+    sd_cache *c = sd_cache_create("unit-hwcache", 24, 0, SD_HWCACHE_ALIGN, NULL, NULL);
+    cr_assert_not_null(c);
+    void *o[64];
+    for (int i = 0; i < 64; i++) {
+        o[i] = sd_cache_alloc(c);
+        cr_assert(aligned(o[i], 64), "SD_HWCACHE_ALIGN object %p", o[i]);
+    }
+    for (int i = 0; i < 64; i++)
+        sd_cache_free(c, o[i]);
+    sd_cache_destroy(c);
+}
+
+Test(unit, cache_create_bad_arguments)
+{
+    struct { size_t size, align; unsigned long flags; const char *what; } bad[] = {
+        { 32, 3, 0, "align 3" },
+        { 32, 24, 0, "align 24" },
+        { 32, 8192, 0, "align 8192" },
+        { 0, 0, 0, "size 0" },
+        { 32, 0, 0x100, "unknown flag" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        errno = 0;
+        sd_cache *c = sd_cache_create("unit-bad", bad[k].size, bad[k].align, bad[k].flags,
+                                      NULL, NULL);
+        cr_assert_null(c, "sd_cache_create accepted %s", bad[k].what);
+        cr_assert_eq(errno, EINVAL, "%s: errno %d, want EINVAL", bad[k].what, errno);
+    }
+}
+
+static void *only_get(sd_cache *s, int nr, void **objs) { (void)s; (void)nr; (void)objs; return NULL; }
+
+Test(unit, cache_create_ops_need_both_callbacks)
+{
+    struct sd_cache_ops ops = { .get = only_get, .kick = NULL };
+    errno = 0;
+    sd_cache *c = sd_cache_create("unit-halfops", 32, 0, 0, NULL, &ops);
+    cr_assert_null(c, "ops with get but no kick accepted");
+    cr_assert_eq(errno, EINVAL);
+}
+
+static int ctor_calls;
+static void ctor_magic(void *obj)
+{
+    __atomic_fetch_add(&ctor_calls, 1, __ATOMIC_RELAXED);
+    memcpy(obj, "CTOR-MAGIC", 11);
+}
+
+Test(unit, cache_ctor_runs_on_objects)
+{
+    ctor_calls = 0;
+    sd_cache *c = sd_cache_create("unit-ctor", 48, 0, 0, ctor_magic, NULL);
+    cr_assert_not_null(c);
+    enum { N = 300 };
+    void *o[N];
+    for (int i = 0; i < N; i++) {
+        o[i] = sd_cache_alloc(c);
+        cr_assert_not_null(o[i]);
+        cr_assert(memcmp(o[i], "CTOR-MAGIC", 11) == 0, "object %d not constructed", i);
+    }
+    cr_assert_geq(ctor_calls, N);
+    for (int i = 0; i < N; i++)
+        sd_cache_free(c, o[i]);      /* freed in the constructed state */
+    for (int i = 0; i < N; i++) {
+        o[i] = sd_cache_alloc(c);
+        cr_assert(memcmp(o[i], "CTOR-MAGIC", 11) == 0, "reused object %d lost its state", i);
+    }
+    for (int i = 0; i < N; i++)
+        sd_cache_free(c, o[i]);
+    sd_cache_destroy(c);
+}
+
+struct unit_obj { long a, b; char name[40]; };
+
+Test(unit, cache_macro_and_name_copy)
+{
+    char name[64];
+    strcpy(name, "unit-macro-name");
+    sd_cache *c = sd_cache_create(name, sizeof(struct unit_obj), 0, SD_NO_MERGE, NULL, NULL);
+    cr_assert_not_null(c);
+    memset(name, 'X', sizeof name - 1);      /* the name must have been copied */
+    struct sd_cache_info in;
+    cr_assert_eq(sd_cache_get_info(c, &in), 0);
+    cr_assert_str_eq(in.name, "unit-macro-name");
+    sd_cache_destroy(c);
+
+    sd_cache *m = SD_CACHE(unit_obj, SD_NO_MERGE);
+    cr_assert_not_null(m);
+    cr_assert_eq(sd_cache_get_info(m, &in), 0);
+    cr_assert_str_eq(in.name, "unit_obj");
+    cr_assert_eq(in.object_size, sizeof(struct unit_obj));
+    struct unit_obj *o = sd_cache_alloc(m);
+    cr_assert_not_null(o);
+    o->a = 1;
+    strcpy(o->name, "x");
+    sd_cache_free(m, o);
+    sd_cache_destroy(m);
+}
+
+Test(unit, cache_long_name_truncated)
+{
+    char name[200];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    sd_cache *c = sd_cache_create(name, 32, 0, SD_NO_MERGE, NULL, NULL);
+    cr_assert_not_null(c);
+    struct sd_cache_info in;
+    cr_assert_eq(sd_cache_get_info(c, &in), 0);
+    cr_assert_eq(strlen(in.name), 47, "name kept %zu bytes, want 47", strlen(in.name));
+    sd_cache_destroy(c);
+}
+
+Test(unit, cache_get_info_null)
+{
+    struct sd_cache_info in;
+    cr_assert_eq(sd_cache_get_info(NULL, &in), -EINVAL);
+}
+
+Test(unit, cache_find_malloc_classes)
+{
+    cr_assert_not_null(sd_cache_find("malloc-16"));
+    cr_assert_not_null(sd_cache_find("malloc-64"));
+    cr_assert_not_null(sd_cache_find("malloc-32768"));
+    cr_assert_null(sd_cache_find("malloc-63"));
+    cr_assert_null(sd_cache_find("no-such-cache"));
+    struct sd_cache_info in;
+    cr_assert_eq(sd_cache_get_info(sd_cache_find("malloc-64"), &in), 0);
+    cr_assert_eq(in.object_size, 64);
+}
+
+Test(unit, cache_shrink_and_shrink_all)
+{
+    sd_cache *c = sd_cache_create("unit-shrink", 100, 0, SD_NO_MERGE, NULL, NULL);
+    cr_assert_not_null(c);
+    enum { N = 20000 };
+    static void *o[N];
+    for (int i = 0; i < N; i++) {
+        o[i] = sd_cache_alloc(c);
+        cr_assert_not_null(o[i]);
+        memset(o[i], 1, 100);
+    }
+    for (int i = 0; i < N; i++)
+        sd_cache_free(c, o[i]);
+    cr_assert_eq(sd_cache_shrink(c), 0);
+    struct sd_cache_info in;
+    cr_assert_eq(sd_cache_get_info(c, &in), 0);
+    cr_assert_eq(in.objects_inuse, 0);
+    cr_assert_gt(in.bytes_released, 0, "shrink of an all-free cache released nothing");
+    (void)sd_shrink_all();
+    sd_cache_destroy(c);
+}
+
+Test(unit, cache_stats_print_names_cache)
+{
+    sd_cache *c = sd_cache_create("unit-stats-cache", 56, 0, SD_NO_MERGE, NULL, NULL);
+    cr_assert_not_null(c);
+    void *o = sd_cache_alloc(c);
+    void *m64 = sdm_malloc(64);          /* a cache with no objects may be left out */
+    cr_assert_not_null(m64);
+    char path[] = "/tmp/sd_unit_stats_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    unlink(path);
+    cr_assert_eq(sd_stats_print(fd), 0);
+    off_t n = lseek(fd, 0, SEEK_END);
+    cr_assert_gt(n, 0);
+    char *buf = calloc(1, (size_t)n + 1);
+    cr_assert_eq(pread(fd, buf, (size_t)n, 0), n);
+    cr_assert(strstr(buf, "unit-stats-cache") != NULL, "table lacks the cache:\n%s", buf);
+    cr_assert(strstr(buf, "malloc-64") != NULL, "table lacks malloc-64:\n%s", buf);
+    free(buf);
+    close(fd);
+    sd_cache_free(c, o);
+    sdm_free(m64);
+    sd_cache_destroy(c);
+}
+
+Test(unit, cache_recreate_after_destroy)
+{
+    for (int r = 0; r < 50; r++) {
+        sd_cache *c = sd_cache_create("unit-recreate", 200, 0, SD_NO_MERGE, NULL, NULL);
+        cr_assert_not_null(c, "round %d: %s", r, strerror(errno));
+        void *o = sd_cache_alloc(c);
+        cr_assert_not_null(o);
+        sd_cache_free(c, o);
+        sd_cache_destroy(c);
+    }
+}

@@ -1,0 +1,767 @@
+/*
+ * tests/test_stress.c - threads, cross-thread frees, thread churn, fork.
+ *
+ * Built twice:
+ *   - linked with libslabdefrag.so, using plain malloc/free;
+ *   - with -DSTRESS_SDM=1, linked with the static core, using sdm_*
+ *     (the variant the ThreadSanitizer build runs).
+ * Every block carries a cookie (its size and a pattern derived from its
+ * address) that is checked when it is freed, by whichever thread frees it.
+ * Failures are counted in the threads and asserted in the test's thread.
+ */
+#define _GNU_SOURCE
+#if !STRESS_NO_CRITERION
+#include <criterion/criterion.h>
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if STRESS_NO_CRITERION
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+/*
+ * Criterion cannot run under ThreadSanitizer: its sandbox (BoxFort) maps
+ * an arena at random fixed addresses that collide with TSan's shadow
+ * ("Could not initialize inheritable arena").  This minimal stand-in runs
+ * each Test in a forked child with its timeout and prints Criterion-style
+ * lines; the exit status is non-zero if any test failed.
+ */
+struct mini_test {
+    const char *suite, *name;
+    void (*fn)(void);
+    int timeout;
+};
+static struct mini_test mini_tests[64];
+static int mini_ntests;
+static void mini_register(const char *suite, const char *name, void (*fn)(void),
+                          int timeout)
+{
+    mini_tests[mini_ntests++] = (struct mini_test){ suite, name, fn, timeout };
+}
+struct mini_opts { int timeout; };
+#define Test(suite, name, ...)                                                 \
+    static void suite##_##name(void);                                          \
+    __attribute__((constructor)) static void reg_##suite##_##name(void)        \
+    {                                                                          \
+        struct mini_opts o = { __VA_ARGS__ };                                  \
+        mini_register(#suite, #name, suite##_##name, o.timeout);               \
+    }                                                                          \
+    static void suite##_##name(void)
+/* (no format attribute: an assertion without a message passes "") */
+static void mini_fail(const char *file, int line, const char *cond, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "[----] %s:%d: Assertion Failed (%s)\n[----]   ", file, line, cond);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    _exit(1);
+}
+#define MINI_FAIL(cond, ...) mini_fail(__FILE__, __LINE__, cond, "" __VA_ARGS__)
+#define cr_assert(c, ...) do { if (!(c)) MINI_FAIL(#c, __VA_ARGS__); } while (0)
+#define cr_assert_eq(a, b, ...) cr_assert((a) == (b), "" __VA_ARGS__)
+#define cr_assert_neq(a, b, ...) cr_assert((a) != (b), "" __VA_ARGS__)
+#define cr_assert_geq(a, b, ...) cr_assert((a) >= (b), "" __VA_ARGS__)
+#define cr_assert_not_null(a, ...) cr_assert((a) != NULL, "" __VA_ARGS__)
+#endif
+
+#if STRESS_SDM
+#include "sdmalloc.h"        /* classes/sdmalloc.h: sdm_* */
+#define S_MALLOC  sdm_malloc
+#define S_FREE    sdm_free
+#define S_REALLOC sdm_realloc
+#define S_CALLOC  sdm_calloc
+#define S_USABLE  sdm_usable_size
+#else
+#include <malloc.h>
+#define S_MALLOC  malloc
+#define S_FREE    free
+#define S_REALLOC realloc
+#define S_CALLOC  calloc
+#define S_USABLE  malloc_usable_size
+#endif
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SCALE 4              /* sanitizers are slow: divide the work */
+#else
+#define SCALE 1
+#endif
+
+#define NTHREADS 4
+
+/* ---- blocks with cookies ------------------------------------------------ */
+
+struct hdr {
+    size_t size;
+    uint64_t cookie;
+};
+
+static inline uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static inline uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Bytes of the block that carry the pattern: all of a small block, the
+ * first and last 256 bytes of a big one. */
+#define EDGE 256
+
+static void stamp(void *p, size_t n)
+{
+    struct hdr *h = p;
+    h->size = n;
+    h->cookie = mix((uintptr_t)p ^ n);
+    uint8_t c = (uint8_t)h->cookie;
+    uint8_t *b = p;
+    size_t lo = n <= 2 * EDGE ? n : EDGE;
+    for (size_t i = sizeof *h; i < lo; i++)
+        b[i] = (uint8_t)(c + i);
+    if (n > 2 * EDGE)
+        for (size_t i = n - EDGE; i < n; i++)
+            b[i] = (uint8_t)(c + i);
+}
+
+/* 1 if the block is intact (assuming it moved from `was` if realloc'd). */
+static int verify(const void *p, uint64_t cookie_addr)
+{
+    const struct hdr *h = p;
+    size_t n = h->size;
+    if (n < sizeof *h || n > (64u << 20))
+        return 0;
+    if (h->cookie != mix(cookie_addr ^ n))
+        return 0;
+    uint8_t c = (uint8_t)h->cookie;
+    const uint8_t *b = p;
+    size_t lo = n <= 2 * EDGE ? n : EDGE;
+    for (size_t i = sizeof *h; i < lo; i++)
+        if (b[i] != (uint8_t)(c + i))
+            return 0;
+    if (n > 2 * EDGE)
+        for (size_t i = n - EDGE; i < n; i++)
+            if (b[i] != (uint8_t)(c + i))
+                return 0;
+    return 1;
+}
+
+static size_t pick_size(uint64_t *rs)
+{
+    uint64_t r = rnd(rs);
+    unsigned k = (unsigned)(r % 100);
+    r >>= 8;
+    if (k < 70)
+        return 16 + r % 1009;                  /* 16 B .. 1 KiB */
+    if (k < 97)
+        return 1024 + r % (40 * 1024);         /* 1 KiB .. 41 KiB */
+    return 100 * 1024 + r % (200 * 1024);      /* 100 KiB .. 300 KiB */
+}
+
+static void *alloc_block(uint64_t *rs, size_t n)
+{
+    void *p = (rnd(rs) & 7) == 0 ? S_CALLOC(1, n) : S_MALLOC(n);
+    if (!p)
+        return NULL;
+    stamp(p, n);
+    return p;
+}
+
+static unsigned long bad_cookies, null_allocs;
+
+static void free_block(void *p)
+{
+    if (!verify(p, (uintptr_t)p))
+        __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
+    S_FREE(p);
+}
+
+/* Realloc a block, keeping its cookie valid (the cookie is re-stamped for
+ * the new address and size after the old contents were checked). */
+static void *realloc_block(uint64_t *rs, void *p)
+{
+    if (!verify(p, (uintptr_t)p)) {
+        __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
+        return p;
+    }
+    size_t old = ((struct hdr *)p)->size;
+    size_t n = pick_size(rs);
+    uint8_t first[EDGE];
+    size_t keep = old < n ? old : n;
+    if (keep > EDGE)
+        keep = EDGE;
+    memcpy(first, p, keep);
+    void *q = S_REALLOC(p, n);
+    if (!q) {
+        __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+        return p;
+    }
+    if (memcmp(first, q, keep) != 0)
+        __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
+    stamp(q, n);
+    return q;
+}
+
+/* ---- lock-protected queues ---------------------------------------------- */
+
+#define QCAP 2048
+
+struct queue {
+    pthread_mutex_t lock;
+    size_t head, count;
+    void *slot[QCAP];
+};
+
+static struct queue queues[NTHREADS];
+
+static int q_push(struct queue *q, void *p)
+{
+    pthread_mutex_lock(&q->lock);
+    int ok = q->count < QCAP;
+    if (ok) {
+        q->slot[(q->head + q->count) % QCAP] = p;
+        q->count++;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return ok;
+}
+
+static void *q_pop(struct queue *q)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&q->lock);
+    if (q->count) {
+        p = q->slot[q->head];
+        q->head = (q->head + 1) % QCAP;
+        q->count--;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return p;
+}
+
+static void queues_init(void)
+{
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_mutex_init(&queues[i].lock, NULL);
+        queues[i].head = queues[i].count = 0;
+    }
+}
+
+static pthread_barrier_t start_barrier;
+
+struct worker {
+    pthread_t tid;
+    int id;
+    long iters;
+    long allocated, freed;
+};
+
+static void *cross_worker(void *arg)
+{
+    struct worker *w = arg;
+    uint64_t rs = mix(0x1234u + (uint64_t)w->id) | 1;
+    enum { LOCAL = 256 };
+    void *local[LOCAL] = { 0 };
+    pthread_barrier_wait(&start_barrier);
+    for (long i = 0; i < w->iters; i++) {
+        uint64_t r = rnd(&rs);
+        /* allocate, then keep it or send it to another thread */
+        void *p = alloc_block(&rs, pick_size(&rs));
+        if (!p) {
+            __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        w->allocated++;
+        if (r & 1) {
+            int to = (int)((w->id + 1 + (r >> 8) % (NTHREADS - 1)) % NTHREADS);
+            if (!q_push(&queues[to], p)) {
+                free_block(p);
+                w->freed++;
+            }
+        } else {
+            unsigned k = (unsigned)((r >> 16) % LOCAL);
+            if (local[k]) {
+                free_block(local[k]);
+                w->freed++;
+            }
+            local[k] = p;
+        }
+        /* free what others sent (sometimes realloc it first) */
+        for (int j = 0; j < 2; j++) {
+            void *q = q_pop(&queues[w->id]);
+            if (!q)
+                break;
+            if ((rnd(&rs) & 15) == 0)
+                q = realloc_block(&rs, q);
+            free_block(q);
+            w->freed++;
+        }
+    }
+    for (unsigned k = 0; k < LOCAL; k++)
+        if (local[k]) {
+            free_block(local[k]);
+            w->freed++;
+        }
+    return NULL;
+}
+
+Test(stress, cross_thread_frees, .timeout = 120)
+{
+    queues_init();
+    bad_cookies = null_allocs = 0;
+    struct worker w[NTHREADS];
+    pthread_barrier_init(&start_barrier, NULL, NTHREADS);
+    for (int i = 0; i < NTHREADS; i++) {
+        w[i] = (struct worker){ .id = i, .iters = 150000 / SCALE };
+        cr_assert_eq(pthread_create(&w[i].tid, NULL, cross_worker, &w[i]), 0);
+    }
+    long allocated = 0, freed = 0;
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_join(w[i].tid, NULL);
+        allocated += w[i].allocated;
+        freed += w[i].freed;
+    }
+    pthread_barrier_destroy(&start_barrier);
+    /* whatever is still queued: freed here, by yet another thread */
+    for (int i = 0; i < NTHREADS; i++)
+        for (void *p; (p = q_pop(&queues[i]));) {
+            free_block(p);
+            freed++;
+        }
+    cr_assert_eq(null_allocs, 0, "%lu allocations returned NULL", null_allocs);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+    cr_assert_eq(allocated, freed, "allocated %ld, freed %ld", allocated, freed);
+}
+
+/* Producer/consumer pairs: every block is freed by a thread that did not
+ * allocate it, and none is freed by its own thread. */
+static void *producer(void *arg)
+{
+    struct worker *w = arg;
+    uint64_t rs = mix(0xabcdu + (uint64_t)w->id) | 1;
+    pthread_barrier_wait(&start_barrier);
+    for (long i = 0; i < w->iters; i++) {
+        size_t n = (rnd(&rs) & 1) ? 64 : pick_size(&rs);
+        void *p = alloc_block(&rs, n);
+        if (!p) {
+            __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        while (!q_push(&queues[w->id], p))
+            sched_yield();
+        w->allocated++;
+    }
+    while (!q_push(&queues[w->id], (void *)1))   /* end marker */
+        sched_yield();
+    return NULL;
+}
+
+static void *consumer(void *arg)
+{
+    struct worker *w = arg;
+    pthread_barrier_wait(&start_barrier);
+    for (;;) {
+        void *p = q_pop(&queues[w->id]);
+        if (!p) {
+            sched_yield();
+            continue;
+        }
+        if (p == (void *)1)
+            break;
+        free_block(p);
+        w->freed++;
+    }
+    return NULL;
+}
+
+Test(stress, producer_consumer_remote_frees, .timeout = 120)
+{
+    queues_init();
+    bad_cookies = null_allocs = 0;
+    enum { PAIRS = NTHREADS / 2 };
+    struct worker prod[PAIRS], cons[PAIRS];
+    pthread_barrier_init(&start_barrier, NULL, 2 * PAIRS);
+    for (int i = 0; i < PAIRS; i++) {
+        prod[i] = (struct worker){ .id = i, .iters = 200000 / SCALE };
+        cons[i] = (struct worker){ .id = i };
+        cr_assert_eq(pthread_create(&prod[i].tid, NULL, producer, &prod[i]), 0);
+        cr_assert_eq(pthread_create(&cons[i].tid, NULL, consumer, &cons[i]), 0);
+    }
+    for (int i = 0; i < PAIRS; i++) {
+        pthread_join(prod[i].tid, NULL);
+        pthread_join(cons[i].tid, NULL);
+    }
+    pthread_barrier_destroy(&start_barrier);
+    long a = 0, f = 0;
+    for (int i = 0; i < PAIRS; i++) {
+        a += prod[i].allocated;
+        f += cons[i].freed;
+    }
+    cr_assert_eq(null_allocs, 0, "%lu allocations returned NULL", null_allocs);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+    cr_assert_eq(a, f, "produced %ld, consumed %ld", a, f);
+}
+
+/* ---- thread churn -------------------------------------------------------- */
+
+static pthread_mutex_t handoff_lock = PTHREAD_MUTEX_INITIALIZER;
+static void **handoff;
+static size_t handoff_n, handoff_cap;
+
+static void *churn_thread(void *arg)
+{
+    uint64_t rs = mix((uintptr_t)arg + 77) | 1;
+    enum { N = 200 };
+    void *mine[N];
+    int n = 0;
+    for (int i = 0; i < N; i++) {
+        void *p = alloc_block(&rs, pick_size(&rs));
+        if (!p) {
+            __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        mine[n++] = p;
+    }
+    /* free some (every third), hand the rest to the main thread */
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (i % 3 == 0)
+            free_block(mine[i]);
+        else
+            mine[kept++] = mine[i];
+    }
+    pthread_mutex_lock(&handoff_lock);
+    for (int i = 0; i < kept; i++)
+        handoff[handoff_n++] = mine[i];
+    pthread_mutex_unlock(&handoff_lock);
+    return NULL;
+}
+
+Test(stress, thread_churn, .timeout = 120)
+{
+    enum { THREADS = 200, BATCH = 8 };
+    bad_cookies = null_allocs = 0;
+    handoff_cap = (size_t)THREADS * 200;
+    handoff = calloc(handoff_cap, sizeof *handoff);      /* the test's own memory */
+    handoff_n = 0;
+    cr_assert_not_null(handoff);
+    for (int t = 0; t < THREADS; t += BATCH) {
+        pthread_t tid[BATCH];
+        for (int i = 0; i < BATCH; i++)
+            cr_assert_eq(pthread_create(&tid[i], NULL, churn_thread,
+                                        (void *)(uintptr_t)(t + i)), 0);
+        for (int i = 0; i < BATCH; i++)
+            pthread_join(tid[i], NULL);
+        /* free half of what was handed over so far, while threads come and go */
+        pthread_mutex_lock(&handoff_lock);
+        size_t half = handoff_n / 2;
+        for (size_t i = half; i < handoff_n; i++)
+            free_block(handoff[i]);
+        handoff_n = half;
+        pthread_mutex_unlock(&handoff_lock);
+    }
+    for (size_t i = 0; i < handoff_n; i++)
+        free_block(handoff[i]);
+    handoff_n = 0;
+    free(handoff);
+    cr_assert_eq(null_allocs, 0, "%lu allocations returned NULL", null_allocs);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+}
+
+Test(stress, thread_churn_detached_exit_with_live_blocks, .timeout = 120)
+{
+    /* Threads that exit while their active slabs still hold live blocks
+     * that other threads then free, then new threads reuse the slabs. */
+    enum { ROUNDS = 40, T = 4 };
+    bad_cookies = null_allocs = 0;
+    handoff_cap = (size_t)ROUNDS * T * 200;
+    handoff = calloc(handoff_cap, sizeof *handoff);
+    handoff_n = 0;
+    cr_assert_not_null(handoff);
+    for (int r = 0; r < ROUNDS / SCALE; r++) {
+        pthread_t tid[T];
+        for (int i = 0; i < T; i++)
+            cr_assert_eq(pthread_create(&tid[i], NULL, churn_thread,
+                                        (void *)(uintptr_t)(1000 + r * T + i)), 0);
+        for (int i = 0; i < T; i++)
+            pthread_join(tid[i], NULL);
+    }
+    for (size_t i = 0; i < handoff_n; i++)
+        free_block(handoff[i]);
+    handoff_n = 0;
+    free(handoff);
+    cr_assert_eq(null_allocs, 0);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+}
+
+/* ---- fork while other threads allocate ------------------------------------ */
+
+static volatile int stop_flag;
+
+static void *busy_allocator(void *arg)
+{
+    uint64_t rs = mix((uintptr_t)arg + 991) | 1;
+    enum { K = 64 };
+    void *keep[K] = { 0 };
+    while (!__atomic_load_n(&stop_flag, __ATOMIC_RELAXED)) {
+        unsigned k = (unsigned)(rnd(&rs) % K);
+        if (keep[k])
+            free_block(keep[k]);
+        keep[k] = alloc_block(&rs, pick_size(&rs));
+        if (!keep[k])
+            __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+    }
+    for (unsigned k = 0; k < K; k++)
+        if (keep[k])
+            free_block(keep[k]);
+    return NULL;
+}
+
+/* In the child: allocate and free through every path, check, exit. */
+static int child_work(void)
+{
+    uint64_t rs = 0x9e3779b97f4a7c15ULL;
+    enum { N = 500 };
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = alloc_block(&rs, pick_size(&rs));
+        if (!p[i])
+            return 2;
+    }
+    for (int i = 0; i < N; i += 2)
+        p[i] = realloc_block(&rs, p[i]);
+    for (int i = 0; i < N; i++) {
+        if (!verify(p[i], (uintptr_t)p[i]))
+            return 3;
+        S_FREE(p[i]);
+    }
+    void *big = S_MALLOC(8u << 20);
+    if (!big)
+        return 4;
+    memset(big, 1, 8u << 20);
+    S_FREE(big);
+    return bad_cookies ? 5 : 0;
+}
+
+/* Wait for pid at most `secs`; SIGKILL it on timeout.  Returns the wait
+ * status, or -1 on timeout. */
+static int wait_timeout(pid_t pid, double secs)
+{
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return st;
+        if (r < 0 && errno != EINTR)
+            return -2;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9 > secs) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(2000);
+    }
+}
+
+Test(stress, fork_while_threads_allocate, .timeout = 180)
+{
+    enum { WORKERS = 3, FORKS = 20 };
+    bad_cookies = null_allocs = 0;
+    stop_flag = 0;
+    pthread_t tid[WORKERS];
+    for (int i = 0; i < WORKERS; i++)
+        cr_assert_eq(pthread_create(&tid[i], NULL, busy_allocator, (void *)(uintptr_t)i), 0);
+    usleep(20000);
+    int hung = 0, hung_at = -1, failed = 0, last_status = 0;
+    for (int f = 0; f < FORKS; f++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+        if (pid == 0) {
+            alarm(30);
+            _exit(child_work());
+        }
+        int st = wait_timeout(pid, 10.0);
+        if (st == -1) {
+            hung++;
+            hung_at = f;
+            break;              /* one hang is the answer; don't wait for more */
+        } else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+            failed++;
+            last_status = st;
+        }
+        usleep(5000);
+    }
+    __atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(tid[i], NULL);
+    cr_assert_eq(hung, 0, "forked child %d of %d hung (killed after 10 s)",
+                 hung_at, FORKS);
+    cr_assert_eq(failed, 0, "%d of %d forked children failed; last: %s %d", failed, FORKS,
+                 WIFEXITED(last_status) ? "exit" : "signal",
+                 WIFEXITED(last_status) ? WEXITSTATUS(last_status) : WTERMSIG(last_status));
+    cr_assert_eq(null_allocs, 0);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+}
+
+/* Fork while another thread makes the process's first allocation (the
+ * allocator's one-time set-up).  Each round runs in a fresh process P in
+ * which the allocator has not been used yet (true for the static core,
+ * where the test harness never calls sdm_*; the shared library sets up
+ * before main, so there the round only checks fork right after a thread
+ * starts): P starts a thread that allocates, forks at once, and its child
+ * must be able to allocate. */
+static void *first_use(void *arg)
+{
+    (void)arg;
+    S_FREE(S_MALLOC(16));
+    return NULL;
+}
+
+static int first_use_round(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, first_use, NULL))
+        return 10;
+    pid_t c = fork();
+    if (c < 0)
+        return 11;
+    if (c == 0) {
+        alarm(5);
+        void *p = S_MALLOC(16);
+        S_FREE(p);
+        _exit(p ? 0 : 12);
+    }
+    int st = wait_timeout(c, 3.0);
+    pthread_join(t, NULL);
+    if (st == -1)
+        return 13;                      /* the child hung */
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 14;
+}
+
+Test(stress, fork_during_first_use, .timeout = 120)
+{
+    enum { ROUNDS = 300 };
+    for (int r = 0; r < ROUNDS; r++) {
+        fflush(NULL);
+        pid_t p = fork();
+        cr_assert_geq(p, 0);
+        if (p == 0)
+            _exit(first_use_round());
+        int st = wait_timeout(p, 20.0);
+        cr_assert_neq(st, -1, "round %d: the test process hung", r);
+        cr_assert(WIFEXITED(st), "round %d: killed by signal %d", r, WTERMSIG(st));
+        cr_assert_neq(WEXITSTATUS(st), 13, "round %d of %d: a child forked during the "
+                      "allocator's first use hung in its first allocation", r, ROUNDS);
+        cr_assert_eq(WEXITSTATUS(st), 0, "round %d: status %d", r, WEXITSTATUS(st));
+    }
+}
+
+Test(stress, parent_still_works_after_forks, .timeout = 60)
+{
+    /* After fork with busy threads, the parent's allocator is intact. */
+    stop_flag = 0;
+    bad_cookies = null_allocs = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, busy_allocator, (void *)(uintptr_t)5), 0);
+    for (int f = 0; f < 5; f++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0)
+            _exit(child_work());
+        int st = wait_timeout(pid, 10.0);
+        cr_assert(st != -1, "forked child %d hung (killed after 10 s)", f);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked child %d: wait status %#x",
+                  f, st);
+    }
+    __atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED);
+    pthread_join(t, NULL);
+    cr_assert_eq(child_work(), 0, "parent allocations after forks failed");
+    cr_assert_eq(bad_cookies, 0);
+}
+
+#if STRESS_NO_CRITERION
+#include <sys/wait.h>
+int main(int argc, char **argv)
+{
+    /* Criterion's command line, in part: --filter suite/name; the rest
+     * (--jobs N, ...) is ignored. */
+    const char *filter = NULL;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--filter") && i + 1 < argc)
+            filter = argv[++i];
+        else if (!strncmp(argv[i], "--filter=", 9))
+            filter = argv[i] + 9;
+    int failed = 0, ran = 0;
+    for (int i = 0; i < mini_ntests; i++) {
+        struct mini_test *t = &mini_tests[i];
+        char full[256];
+        snprintf(full, sizeof full, "%s/%s", t->suite, t->name);
+        if (filter && strcmp(filter, full) != 0)
+            continue;
+        ran++;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            return 2;
+        }
+        if (pid == 0) {
+            alarm(t->timeout ? (unsigned)t->timeout : 60);
+            t->fn();
+            fflush(NULL);
+            exit(0);        /* exit, not _exit: lets the sanitizer report */
+        }
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (!ok) {
+            failed++;
+            if (WIFSIGNALED(st))
+                fprintf(stderr, "[----] %s::%s: killed by signal %d%s\n", t->suite,
+                        t->name, WTERMSIG(st), WTERMSIG(st) == SIGALRM ? " (timeout)" : "");
+            else
+                fprintf(stderr, "[----] %s::%s: exit status %d\n", t->suite, t->name,
+                        WEXITSTATUS(st));
+        }
+        fprintf(stderr, "[%s] %s::%s: (%.2fs)\n", ok ? "PASS" : "FAIL", t->suite,
+                t->name, secs);
+    }
+    fprintf(stderr, "[====] Synthesis: Tested: %d | Passing: %d | Failing: %d\n",
+            ran, ran - failed, failed);
+    if (!ran) {
+        fprintf(stderr, "no test matches --filter %s\n", filter ? filter : "");
+        return 3;
+    }
+    return failed ? 1 : 0;
+}
+#endif
