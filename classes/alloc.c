@@ -9,6 +9,7 @@
 #include "debug.h"
 #include "fmt.h"
 #include "large.h"
+#include "mesh.h"
 #include "options.h"
 
 int cache_slab_freed_locked(struct sd_cache *c, struct slab *s);
@@ -251,6 +252,10 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
     }
     if (unlikely(!slab_state_live(state) || !slab_contains(s, p))) {
         sd_spin_unlock(&s->lock);
+        if (state == SLAB_MESHED) {     /* an alias: free into its host */
+            mesh_free(s, p, call);
+            return;
+        }
         if (state == SLAB_EMPTY && slab_contains(s, p))
             report_double_free(call, p, c);
         report_invalid(call, p);

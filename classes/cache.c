@@ -41,12 +41,17 @@
  *                                   after the decay or on shrink
  *   FROZEN     none         0       none: being vacated; frees still land
  *   RELEASING  none         0       none: going back to the segment
+ *   MESHED     none         0       none: an alias whose objects live in
+ *                                   its host's pages (classes/mesh.c);
+ *                                   frees are redirected to the host
  *
  *   new -> ACTIVE -> OWNED (full) -> ACTIVE (objects freed) ...
  *   OWNED -> FULL / PARTIAL / EMPTY when the ring overflows or the thread
  *   exits; PARTIAL -> ACTIVE on refill
  *   PARTIAL/FULL -> FROZEN (vacate) -> RELEASING | PARTIAL | FULL
  *   PARTIAL --last free--> EMPTY or RELEASING
+ *   PARTIAL -> FROZEN (mesh candidate) -> MESHED (alias) -> RELEASING when
+ *   its host is released; a host (mesh_alias != NULL) is never kept EMPTY
  * ---------------------------------------------------------------------
  */
 #include "cache.h"
@@ -57,6 +62,7 @@
 
 #include "debug.h"
 #include "fmt.h"
+#include "mesh.h"
 #include "options.h"
 #include "os.h"
 #include "segment.h"
@@ -108,6 +114,7 @@ void cache_init(void)
     sd_mutex_lock(&sd_caches_lock);
     if (!done) {
         options_init();
+        mesh_init();                /* before the first segment */
         for (unsigned i = 0; i < SD_NCLASSES; i++) {
             char name[32];
             struct sd_cache *c = &sd_malloc_caches[i];
@@ -226,6 +233,8 @@ size_t cache_slab_release(struct sd_cache *c, struct slab *s)
 {
     SD_ASSERT(s->state == SLAB_RELEASING);
     __atomic_fetch_sub(&c->nr_slabs, 1, __ATOMIC_RELAXED);
+    if (unlikely(s->mesh_alias))        /* a mesh host: free its aliases */
+        mesh_unmesh_host(c, s);
     size_t bytes = segment_slab_free(s);
     cache_stat_add(c, SD_STAT_SLAB_RELEASED, 1);
     cache_stat_add(c, SD_STAT_BYTES_RELEASED, bytes);
@@ -262,7 +271,7 @@ static int empty_add_locked(struct sd_cache *c, struct slab *s)
     size_t keep = __atomic_load_n(&c->nr_slabs, __ATOMIC_RELAXED) / 8;
     if (keep < sd_opt.retain_empty)
         keep = sd_opt.retain_empty;
-    if (c->nr_empty < keep && !c->dead) {
+    if (c->nr_empty < keep && !c->dead && !s->mesh_alias) {
         slab_set_state(s, SLAB_EMPTY);
         s->empty_since = os_now_ns();
         list_add_head(&c->empty, &s->link);
@@ -392,7 +401,8 @@ static void usage_one(struct slab *s, void *arg)
         case SLAB_EMPTY:   w->u->empty++; break;
         default: break;
         }
-        if (s->state != SLAB_UNUSED && s->state != SLAB_RELEASING) {
+        if (s->state != SLAB_UNUSED && s->state != SLAB_RELEASING &&
+            s->state != SLAB_MESHED) {
             w->u->slabs++;
             w->u->objects_inuse += s->inuse;
             if (s->state == SLAB_OWNED || s->state == SLAB_ACTIVE)

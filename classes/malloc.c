@@ -85,7 +85,7 @@ static size_t usable_checked(const void *p, const char *call)
     struct slab *s = segment_slab_of(p);
     if (s) {
         unsigned st = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
-        if (!slab_state_live(st) || !slab_contains(s, p))
+        if ((!slab_state_live(st) && st != SLAB_MESHED) || !slab_contains(s, p))
             report_invalid(call, p);
         return s->cache->object_size < s->size &&
                (!s->cache->is_malloc || s->cache->debug)   /* debug: red zone */

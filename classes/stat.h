@@ -20,7 +20,10 @@
     X(VACATE_SUCCESSES, "vacate_successes", "slabs emptied by vacate")       \
     X(OBJECTS_KICKED,   "objects_kicked",   "objects passed to kick()")      \
     X(BYTES_RELEASED,   "bytes_released",   "bytes returned to the OS")      \
-    X(DEFRAG_MOVES,     "defrag_moves",     "blocks moved by sd_defrag_realloc")
+    X(DEFRAG_MOVES,     "defrag_moves",     "blocks moved by sd_defrag_realloc") \
+    X(MESHES,           "meshes",           "slabs meshed into another (aliases made)") \
+    X(MESH_BYTES,       "mesh_bytes_released", "bytes released by meshing") \
+    X(UNMESHES,         "unmeshes",         "aliases restored when their host emptied")
 
 enum sd_stat {
 #define X(id, name, doc) SD_STAT_##id,

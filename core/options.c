@@ -45,6 +45,9 @@ static const struct option {
     { "STATS",             OPT_STATS, &sd_opt.stats,              0, 2 },
     { "CONTROL",           OPT_BOOL,  &sd_opt.control,            0, 1 },
     { "DEBUG",             OPT_DEBUG, &sd_opt.debug,              0, 0 },
+    /* meshing (classes/mesh.c): off by default, a fork copies the heap */
+    { "MESH",              OPT_BOOL,  &sd_opt.mesh,               0, 1 },
+    { "MESH_MAX_MAPS",     OPT_UINT,  &sd_opt.mesh_max_maps,      0, 1u << 30 },
 };
 
 static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *out)

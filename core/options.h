@@ -31,6 +31,9 @@ struct sd_options {
     uint32_t stats;                /* SD_STATS_* at exit */
     uint32_t control;              /* serve the slabinfo socket */
     uint32_t debug;                /* SD_DEBUG_* letters */
+    uint32_t mesh;                 /* mesh sparse malloc slabs (memfd arena) */
+    uint32_t mesh_max_maps;        /* mappings meshing may create; 0 = half
+                                      of vm.max_map_count */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
 

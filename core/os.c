@@ -1,5 +1,6 @@
 /*
- * core/os.c - mmap, madvise, munmap and friends (see os.h).
+ * core/os.c - mmap, madvise, munmap, mprotect, fallocate and friends (see
+ * os.h).
  */
 #define _GNU_SOURCE
 #include "os.h"
@@ -60,6 +61,99 @@ int os_remap(void *old, size_t old_size, size_t new_size, void **out)
         return errno;
     *out = p;
     return 0;
+}
+
+int os_memfd(size_t size, int *fd)
+{
+    int f = memfd_create("slabdefrag-arena", MFD_CLOEXEC);
+    if (f < 0)
+        return errno;
+    if (ftruncate(f, (off_t)size)) {
+        int e = errno;
+        close(f);
+        return e;
+    }
+    *fd = f;
+    return 0;
+}
+
+int os_reserve_aligned(size_t size, size_t align, void **out)
+{
+    size_t span = size + align;
+    void *p = mmap(NULL, span, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return ENOMEM;
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t start = (a + align - 1) & ~(uintptr_t)(align - 1);
+    if (start > a)
+        munmap(p, start - a);
+    uintptr_t end = start + size, mend = a + span;
+    if (mend > end)
+        munmap((void *)end, mend - end);
+    *out = (void *)start;
+    return 0;
+}
+
+int os_map_shared_fixed(void *p, size_t size, int fd, size_t off)
+{
+    void *r = mmap(p, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                   (off_t)off);
+    return r == MAP_FAILED ? errno : 0;
+}
+
+int os_punch_hole(int fd, size_t off, size_t size)
+{
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+                     (off_t)size) ? errno : 0;
+}
+
+int os_protect(void *p, size_t size, int writable)
+{
+    return mprotect(p, size, writable ? PROT_READ | PROT_WRITE : PROT_READ)
+               ? errno : 0;
+}
+
+int os_copy_file_data(int from, int to, size_t size)
+{
+    static char buf[65536];         /* fallback; the caller is single-threaded */
+    off_t pos = 0;
+    while ((size_t)pos < size) {
+        off_t data = lseek(from, pos, SEEK_DATA);
+        if (data < 0 || (size_t)data >= size)
+            break;                  /* ENXIO: no more data */
+        off_t hole = lseek(from, data, SEEK_HOLE);
+        if (hole < 0 || (size_t)hole > size)
+            hole = (off_t)size;
+        while (data < hole) {
+            off_t in = data, out = data;
+            ssize_t n = copy_file_range(from, &in, to, &out, (size_t)(hole - data), 0);
+            if (n <= 0) {
+                size_t want = (size_t)(hole - data) < sizeof buf
+                                  ? (size_t)(hole - data) : sizeof buf;
+                n = pread(from, buf, want, data);
+                if (n <= 0 || pwrite(to, buf, (size_t)n, data) != n)
+                    return n < 0 ? errno : EIO;
+            }
+            data += n;
+        }
+        pos = hole;
+    }
+    return 0;
+}
+
+size_t os_max_map_count(void)
+{
+    char buf[32];
+    int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 65530;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    size_t v = 0;
+    for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+        v = v * 10 + (size_t)(buf[i] - '0');
+    return v ? v : 65530;
 }
 
 uint32_t os_gettid(void)

@@ -27,6 +27,28 @@ int os_purge(void *p, size_t size);
 /* Grow or shrink a mapping, possibly moving it.  0 or errno. */
 int os_remap(void *old, size_t old_size, size_t new_size, void **out);
 
+/* ---- remappable memory (the meshing arena, core/arena.c) ----
+ * A memfd of `size` bytes (sparse, nothing allocated), close-on-exec.
+ * *fd gets it.  0 or errno. */
+int os_memfd(size_t size, int *fd);
+/* Reserve `size` bytes of address space aligned to `align`, PROT_NONE and
+ * MAP_NORESERVE.  0 or ENOMEM. */
+int os_reserve_aligned(size_t size, size_t align, void **out);
+/* Map [p, p+size) read-write, MAP_SHARED|MAP_FIXED, onto file offset off of
+ * fd, replacing whatever was there (atomically for other threads: an
+ * access sees the old or the new mapping).  p, size, off page aligned. */
+int os_map_shared_fixed(void *p, size_t size, int fd, size_t off);
+/* Free the file's memory for [off, off+size) (fallocate PUNCH_HOLE): every
+ * mapping of it reads back zero.  0 or errno. */
+int os_punch_hole(int fd, size_t off, size_t size);
+/* Make [p, p+size) read-only (writable 0) or read-write (1).  0 or errno. */
+int os_protect(void *p, size_t size, int writable);
+/* Copy the data (not the holes) of [0, size) of fd `from` to the same
+ * offsets of fd `to`.  Does not allocate.  0 or errno. */
+int os_copy_file_data(int from, int to, size_t size);
+/* vm.max_map_count, or 65530 if it cannot be read. */
+size_t os_max_map_count(void);
+
 /* Thread id (gettid), never 0. */
 uint32_t os_gettid(void);
 /* Monotonic time in nanoseconds. */

@@ -23,6 +23,11 @@
  *   free objects hold the next-free pointer at byte fpo: 0, or past the
  *   object for caches with a ctor (a free object stays constructed).
  *
+ * Invariants (mesh, classes/mesh.c): an alias (MESHED) has inuse == 0, a
+ * NULL freelist and mesh_host != NULL; its live objects are counted in the
+ * host's inuse, and the host's freelist holds only slots free for the host
+ * and every alias.  A host has no host.
+ *
  * Pointer -> slab is O(1): a bit per 4 MiB of address space says "this is
  * one of our segments"; the slot index is (p - segment) >> slot_shift.
  */
@@ -72,6 +77,10 @@ enum slab_state {
     SLAB_EMPTY,         /* no object in use, retained on cache->empty */
     SLAB_FROZEN,        /* being vacated: on no list, nothing allocated */
     SLAB_RELEASING,     /* on its way back to the segment */
+    SLAB_MESHED,        /* an alias: its objects live in mesh_host's
+                           pages, its own memory is released (meshing,
+                           classes/mesh.c); on no list, never allocated
+                           from; frees are redirected to the host */
 };
 
 struct sd_cache;
@@ -87,22 +96,30 @@ struct slab {
     uint8_t   pad;
     uint32_t  inuse;          /* objects not on freelist */
     uint32_t  span;           /* capacity * size: bytes of objects */
+    uint32_t  capacity;       /* objects per slab */
     uintptr_t owner;          /* tcache token of the active thread, or 0 */
     char     *start;          /* first object */
     uint64_t  inv;            /* inverse of size's odd part mod 2^64 */
     uint64_t  divlim;         /* (2^64-1) / size */
     void     *local_free;     /* ACTIVE/OWNED: the owner's frees, no lock */
-    uint32_t  nlocal;         /* objects on local_free (owner only) */
-    uint32_t  capacity;       /* objects per slab */
     /* Second line: the locked paths. */
+    uint32_t  nlocal;         /* objects on local_free (owner only) */
     uint32_t  size;           /* bytes between objects */
+    struct slab *mesh_alias;  /* meshing: a host's first alias; an alias's
+                                 next alias of the same host (NULL-ended,
+                                 changed under the host's lock) */
     uint64_t  recip;          /* ceil(2^40 / size): offset -> index */
     void     *freelist;       /* shared freelist (remote frees land here) */
     struct sd_cache *cache;
     struct sd_list link;      /* cache->partial, cache->empty, or the
                                  owner's ring (tbin->owned) */
-    uint64_t  empty_since;    /* ns, when it joined cache->empty */
+    union {
+        uint64_t empty_since; /* EMPTY: ns, when it joined cache->empty */
+        struct slab *mesh_host; /* MESHED: the slab whose pages hold our
+                                   objects (an alias is never EMPTY) */
+    };
 } __attribute__((aligned(64)));   /* 128 bytes: slot -> descriptor is a shift */
+_Static_assert(sizeof(struct slab) == 128, "struct slab must stay 128 bytes");
 
 struct segment {
     uint32_t magic;           /* SEGMENT_MAGIC */

@@ -8,6 +8,7 @@
 #include "cache.h"
 #include "fmt.h"
 #include "large.h"
+#include "mesh.h"
 #include "sdmalloc.h"
 #include "shrinker.h"
 #include "slabdefrag.h"
@@ -154,6 +155,7 @@ SD_EXPORT size_t sd_shrink_all(void)
         if (c)
             bytes += vacate_shrink_cache(c, 0);
     }
+    bytes += mesh_pass(0, NULL);        /* SLABDEFRAG_MESH=1: unbounded */
     shrinker_note_pass(bytes);
     return bytes;
 }

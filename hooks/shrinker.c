@@ -11,7 +11,10 @@
  *   - the control socket (slabinfo), when enabled,
  * with SLABDEFRAG_SHRINK_INTERVAL_MS as the timeout.  On an interval it
  * shrinks only if RSS exceeds SLABDEFRAG_RSS_LIMIT_MB (or the cgroup's
- * memory.high) or some cache has get/kick; on pressure or a wake, always.
+ * memory.high) or some cache has get/kick or meshing is on; on pressure or
+ * a wake, always.  With SLABDEFRAG_MESH=1 each pass ends with a mesh pass
+ * (classes/mesh.c) of its own budget, and while that one finds more
+ * candidates than it had time for, the next pass comes after 20 ms.
  * A pass walks the caches round-robin and stops when its time budget
  * (SLABDEFRAG_PASS_BUDGET_MS) is spent; the next pass resumes there.
  */
@@ -29,6 +32,7 @@
 #include "cache.h"
 #include "fmt.h"
 #include "large.h"
+#include "mesh.h"
 #include "options.h"
 #include "os.h"
 #include "tcache.h"
@@ -42,6 +46,7 @@ static int control_fd = -1;
 static void (*control_ready)(int fd);
 static unsigned cursor;                      /* next cache to shrink */
 static struct shrinker_stats stats;
+static int mesh_more;                        /* last mesh pass was cut short */
 
 static void stat_max(uint64_t *p, uint64_t v)
 {
@@ -87,6 +92,11 @@ static size_t pass(void)
     /* kick() callbacks allocated through this thread: give its active
      * slabs back so they can fill up or be vacated next time. */
     tcache_flush(&sd_tc);
+    /* Meshing, with a budget of its own: a pass holds one slab write-
+     * protected at a time, for the copy of one slab. */
+    if (mesh_enabled())
+        bytes += mesh_pass(os_now_ns() + (uint64_t)sd_opt.pass_budget_ms * 1000000ull,
+                           &mesh_more);
     uint64_t dt = os_now_ns() - t0;
     __atomic_fetch_add(&stats.passes, 1, __ATOMIC_RELAXED);
     stat_max(&stats.longest_pass_ns, dt);
@@ -150,7 +160,11 @@ static void *shrinker_main(void *arg)
         if (cg >= 0)  { icg = n;  fds[n++] = (struct pollfd){ .fd = cg, .events = POLLPRI }; }
         int cfd = __atomic_load_n(&control_fd, __ATOMIC_ACQUIRE);
         if (cfd >= 0) { ictl = n; fds[n++] = (struct pollfd){ .fd = cfd, .events = POLLIN }; }
-        int r = poll(fds, (nfds_t)n, (int)sd_opt.shrink_interval_ms);
+        /* While meshing has candidates left, come back soon (each pass
+         * stays bounded by its budget). */
+        int timeout = mesh_more && sd_opt.shrink_interval_ms > 20
+                          ? 20 : (int)sd_opt.shrink_interval_ms;
+        int r = poll(fds, (nfds_t)n, timeout);
         if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
             break;
         if (r < 0 && errno != EINTR)
@@ -181,7 +195,7 @@ static void *shrinker_main(void *arg)
             if ((limit && rss > limit) || (high && rss > high - high / 10)) {
                 __atomic_fetch_add(&stats.wake_rss, 1, __ATOMIC_RELAXED);
                 do_pass = 1;
-            } else if (any_ops_cache() || sd_opt.background) {
+            } else if (any_ops_cache() || sd_opt.background || mesh_enabled()) {
                 __atomic_fetch_add(&stats.wake_interval, 1, __ATOMIC_RELAXED);
                 do_pass = 1;
             }

@@ -112,8 +112,9 @@ static void check_slab(struct slab *s, void *arg)
     sd_spin_lock(&s->lock);
     unsigned state = s->state;
     struct sd_cache *c = s->cache;
-    if (state == SLAB_UNUSED || state == SLAB_RELEASING) {
-        sd_spin_unlock(&s->lock);       /* being set up or given back */
+    if (state == SLAB_UNUSED || state == SLAB_RELEASING || state == SLAB_MESHED) {
+        sd_spin_unlock(&s->lock);       /* being set up or given back, or a
+                                           mesh alias (counted in its host) */
         return;
     }
     v->r.slabs++;

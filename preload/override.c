@@ -7,10 +7,12 @@
 #pragma GCC diagnostic ignored "-Wmissing-attributes"
 #include <errno.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "cache.h"
 #include "large.h"
 #include "sdmalloc.h"
@@ -53,6 +55,25 @@ SD_EXPORT void free_aligned_sized(void *p, size_t align, size_t n)
 }
 SD_EXPORT void cfree(void *p) { sdm_free(p); }
 SD_EXPORT int malloc_trim(size_t pad) { (void)pad; return sdm_trim(); }
+
+/* SIGSEGV belongs to the mesh barrier while meshing is on (core/arena.h):
+ * a program's handler is chained behind ours, as Mesh does.  Every other
+ * signal, and SIGSEGV with meshing off, goes straight to libc. */
+SD_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    return arena_sigaction(sig, act, old);
+}
+SD_EXPORT sighandler_t signal(int sig, sighandler_t h)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;           /* BSD semantics, as glibc's signal() */
+    if (arena_sigaction(sig, &sa, &old) < 0)
+        return SIG_ERR;
+    return old.sa_handler;
+}
 
 SD_EXPORT struct mallinfo2 mallinfo2(void)
 {

@@ -1,0 +1,445 @@
+/*
+ * classes/mesh.c - transparent meshing of sparse malloc slabs (issue 6).
+ *
+ * Two slabs of one malloc class whose live objects sit at disjoint slot
+ * indices share one set of physical pages: the live objects of the source
+ * A are copied into the target B's pages at the same offsets, A's virtual
+ * range is remapped onto B's file pages (core/arena.c) and A's own pages
+ * are released.  No pointer changes: an object of A keeps its A address
+ * and reads and writes through it reach B's pages.
+ *
+ * ---------------------------------------------------------------------
+ * States.  B (the host) stays an ordinary slab: PARTIAL, FULL, ACTIVE...
+ * A (an alias) becomes SLAB_MESHED: on no list, inuse 0, no freelist,
+ * mesh_host = B, chained on B->mesh_alias.  The host's inuse counts the
+ * live objects of the host and of every alias; its freelist is rebuilt at
+ * each mesh over exactly the slots free for all of them.  A free through an
+ * alias address goes to the slow path (an alias has no owner), which
+ * redirects it here: the object's host address B->start + (p - A->start)
+ * is freed into B as any remote free.  malloc_usable_size and realloc use
+ * A's geometry, which equals B's.  When the host empties it is never
+ * retained: cache_slab_release() calls mesh_unmesh_host(), which maps each
+ * alias back onto its own (hole-punched, zero) file pages and gives its
+ * slot back, then the host's pages are punched as any released slab's.
+ *
+ * Which slabs.  Only PARTIAL slabs of malloc classes without debugging,
+ * in the arena: never ACTIVE/OWNED (a thread pops and pushes their
+ * freelists without a lock) nor FROZEN by a vacate.  Candidates are taken
+ * off the partial list under the list lock with trylock and FROZEN (as a
+ * vacate does: nothing is allocated from them, frees still land), at most
+ * MESH_BATCH at a time, only those at most half full: two slabs can only
+ * be disjoint if one of them is at most half full (pigeonhole), and below
+ * half the chance that two random occupancies are disjoint,
+ * (1 - p^2)^capacity, is what makes meshing pay; a denser slab would rarely
+ * find a partner and would cost a bitmap walk per pass.  A source must not
+ * be a host itself (aliases are never chained two deep).  Greedy: the
+ * sparsest source meshes into the fullest disjoint candidate; a host can
+ * absorb several sources while the union stays disjoint.
+ *
+ * Locking (classes/cache.c's order): the list lock is held only to take
+ * candidates (slab locks tried).  A mesh holds A's lock (waited for: A is
+ * ours, FROZEN) and B's lock taken with trylock only: the fork handler
+ * takes every slab lock in turn, and two slab locks are never waited for
+ * at once.  mesh_lock serialises passes (one write-protected range at a
+ * time).  A free through an alias takes the alias's lock, reads the host,
+ * drops it and then takes the host's lock: never two slab locks.
+ *
+ * Writers during a mesh: A's range is made read-only before the copy and
+ * replaced by a read-write mapping of B's pages after it; a write in
+ * between faults, waits in core/arena.c's SIGSEGV handler until the remap
+ * is done, and retries against the new mapping: it lands in B's pages, at
+ * the offset it was copied to.  Nothing is lost: the copy happened before
+ * the write became possible again.  (The kernel does not fault: a read(2)
+ * into an object of a slab being meshed fails with EFAULT during the few
+ * microseconds of the copy - Mesh has the same limit.)
+ *
+ * ---------------------------------------------------------------------
+ * Proof that no in-object metadata of one alias overwrites a live object
+ * of another.  Let G be a host and its aliases; they share one physical
+ * page set P, and slot i of every member is the same bytes of P (equal
+ * geometry: same cache, start at the slot's beginning).  Claim: at every
+ * moment each slot i of P is either live in exactly one member, or free in
+ * all; and only the host's freelist (or its owner's private list) links
+ * free slots, using free pointers stored inside free slots only.
+ *  - At a mesh, the source's live set is disjoint from the union of the
+ *    group's live sets (checked under both locks, with the group's frees
+ *    and allocations excluded by the locks: the source and the host are
+ *    FROZEN, and aliases are only freed through the host's lock).  The
+ *    copy writes only the source's live slots, which are free for all
+ *    members; the host's freelist is then rebuilt over the slots free in
+ *    all, so the old free pointers the copy overwrote are never followed.
+ *  - An alias's own freelist is emptied at the mesh and never used again:
+ *    an alias is never allocated from (MESHED, on no list, no owner) and
+ *    its frees are redirected, so no free pointer is ever written through
+ *    an alias.
+ *  - Allocation takes a slot from the host's lists: free in all, so it
+ *    becomes live in exactly one member (the host; the caller gets a host
+ *    address).  A free of slot i (through any member's address) pushes it
+ *    on the host's lists, writing a free pointer at byte fpo of slot i:
+ *    inside the slot being freed, which was live in exactly that member and
+ *    is now free in all.
+ *  Hence a free pointer is only ever written inside a slot free in every
+ *  member, never inside a live object.  The free pointer sits inside the
+ *  object for malloc classes (fpo 0 < size), so no write leaves slot i.
+ *
+ * Fork: see core/arena.h (the child copies the arena and re-creates the
+ * aliases from the MESHED descriptors).  The default is off: with meshing
+ * on, every fork copies the live heap instead of sharing it copy-on-write
+ * and parks the parent's writers until the child has copied - a cost a
+ * fork-heavy server (Redis's BGSAVE) must opt into.
+ */
+#include "mesh.h"
+
+#include <string.h>
+
+#include "arena.h"
+#include "alloc.h"
+#include "options.h"
+#include "os.h"
+#include "segment.h"
+#include "slab.h"
+
+#define MESH_BATCH 64                   /* candidates per batch */
+#define MESH_SCAN  1024                 /* partial slabs looked at per batch */
+#define MAP_WORDS  (SLAB_MAX_OBJECTS / 64)
+
+static sd_mutex mesh_lock = SD_MUTEX_INIT;
+static int mesh_on;
+static unsigned cursor;                 /* next malloc class to mesh */
+static struct mesh_stats stats;
+
+/* Candidates of one batch and their in-use bitmaps (under mesh_lock). */
+static struct slab *cand[MESH_BATCH];
+static uint64_t used_map[MESH_BATCH][MAP_WORDS];
+static uint32_t used_n[MESH_BATCH];
+
+static void stat_max(uint64_t *p, uint64_t v)
+{
+    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0,
+                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+void mesh_init(void)
+{
+    if (!sd_opt.mesh || mesh_on)
+        return;
+    int err = arena_init();
+    if (err) {
+        sd_warn("SLABDEFRAG_MESH=1: cannot set up the mesh arena (errno %d); "
+                "meshing off", err);
+        return;
+    }
+    size_t max = sd_opt.mesh_max_maps ? sd_opt.mesh_max_maps
+                                      : os_max_map_count() / 2;
+    stats.max_maps = max;
+    stats.enabled = 1;
+    __atomic_store_n(&mesh_on, 1, __ATOMIC_RELEASE);
+}
+
+int mesh_enabled(void)
+{
+    return __atomic_load_n(&mesh_on, __ATOMIC_ACQUIRE);
+}
+
+/* In-use bitmap of s (locked): complement of its free map.  Returns the
+ * objects in use, or -1 on a corrupt freelist. */
+static int used_bitmap(const struct slab *s, uint64_t *map)
+{
+    if (slab_free_map(s, map) < 0)
+        return -1;
+    unsigned words = (s->capacity + 63) / 64;
+    int n = 0;
+    for (unsigned w = 0; w < words; w++) {
+        uint64_t valid = (w + 1) * 64 <= s->capacity ? ~0ULL
+                         : (1ULL << (s->capacity & 63)) - 1;
+        map[w] = ~map[w] & valid;
+        n += __builtin_popcountll(map[w]);
+    }
+    return n;
+}
+
+static int disjoint(const uint64_t *a, const uint64_t *b, unsigned words)
+{
+    for (unsigned w = 0; w < words; w++)
+        if (a[w] & b[w])
+            return 0;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- */
+/* One mesh                                                          */
+
+/* Mesh FROZEN source a into FROZEN target b (both unlocked on entry and
+ * exit).  1 meshed, 0 not (busy, no longer disjoint), -1 stop (map cap). */
+static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
+                     uint64_t *bmap)
+{
+    size_t bytes = seg_kind_bytes(c->kind);
+    uint64_t ua[MAP_WORDS], ub[MAP_WORDS];
+    unsigned words = (c->capacity + 63) / 64;
+    sd_spin_lock(&a->lock);
+    if (!sd_spin_trylock(&b->lock)) {
+        sd_spin_unlock(&a->lock);
+        return 0;
+    }
+    int ret = 0;
+    int na = used_bitmap(a, ua), nb = used_bitmap(b, ub);
+    if (a->state != SLAB_FROZEN || b->state != SLAB_FROZEN || na <= 0 ||
+        nb < 0 || a->mesh_alias || !disjoint(ua, ub, words))
+        goto out;
+    uint64_t maps = __atomic_load_n(&stats.maps, __ATOMIC_RELAXED);
+    if (maps + 2 > stats.max_maps) {
+        __atomic_fetch_add(&stats.map_limit_hits, 1, __ATOMIC_RELAXED);
+        ret = -1;
+        goto out;
+    }
+    uint64_t t0 = os_now_ns();
+    if (arena_protect_begin(a->start, bytes))
+        goto out;
+    for (unsigned w = 0; w < words; w++)
+        for (uint64_t m = ua[w]; m; m &= m - 1) {
+            size_t off = (size_t)(w * 64 + (unsigned)__builtin_ctzll(m)) * c->size;
+            memcpy(b->start + off, a->start + off, c->size);
+        }
+    int err = arena_alias(a->start, b->start, bytes);
+    if (err)
+        arena_unalias(a->start, bytes);     /* back to its own pages, writable */
+    arena_protect_end();
+    stat_max(&stats.longest_pause_ns, os_now_ns() - t0);
+    if (err)
+        goto out;
+    arena_purge(a->start, bytes);           /* a's own file pages */
+
+    /* The host's freelist over the slots free in every member. */
+    void **prev = &b->freelist;
+    uint32_t nfree = 0;
+    for (uint32_t i = 0; i < c->capacity; i++) {
+        ub[i >> 6] |= ua[i >> 6] & (1ULL << (i & 63));
+        if (!(ub[i >> 6] >> (i & 63) & 1)) {
+            void *obj = slab_object(b, i);
+            *prev = obj;
+            prev = slab_fp(b, obj);
+            nfree++;
+        }
+    }
+    *prev = NULL;
+    b->inuse = c->capacity - nfree;
+    memcpy(bmap, ub, words * sizeof(uint64_t));
+    a->inuse = 0;
+    a->freelist = NULL;
+    a->state = SLAB_MESHED;
+    a->mesh_host = b;
+    a->mesh_alias = b->mesh_alias;
+    b->mesh_alias = a;
+    __atomic_fetch_sub(&c->nr_slabs, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&stats.maps, 2, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&stats.aliases, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&stats.meshes, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&stats.bytes_released, bytes, __ATOMIC_RELAXED);
+    cache_stat_add(c, SD_STAT_MESHES, 1);
+    cache_stat_add(c, SD_STAT_MESH_BYTES, bytes);
+    ret = 1;
+out:
+    sd_spin_unlock(&b->lock);
+    sd_spin_unlock(&a->lock);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- */
+/* A batch of one cache                                              */
+
+static int batch_take(struct sd_cache *c)
+{
+    int n = 0, seen = 0;
+    sd_mutex_lock(&c->list_lock);
+    for (struct sd_list *l = c->partial.next, *nx; l != &c->partial && n < MESH_BATCH &&
+         seen < MESH_SCAN; l = nx, seen++) {
+        nx = l->next;
+        struct slab *s = list_entry(l, struct slab, link);
+        if (__atomic_load_n(&s->inuse, __ATOMIC_RELAXED) * 2 > c->capacity ||
+            !arena_contains(s->start) || !sd_spin_trylock(&s->lock))
+            continue;
+        if (s->inuse * 2 <= c->capacity && s->inuse) {
+            cache_partial_del_locked(c, s);
+            s->state = SLAB_FROZEN;
+            cand[n++] = s;
+        }
+        sd_spin_unlock(&s->lock);
+    }
+    sd_mutex_unlock(&c->list_lock);
+    return n;
+}
+
+static void batch_settle(struct sd_cache *c, struct slab *s)
+{
+    sd_spin_lock(&s->lock);
+    int release = 0;
+    if (s->state == SLAB_FROZEN) {
+        release = cache_slab_settle_locked(c, s, 1);      /* to the tail */
+        if (release)
+            s->state = SLAB_RELEASING;
+    }
+    sd_spin_unlock(&s->lock);
+    if (release)
+        cache_slab_release(c, s);
+}
+
+/* Returns -1 to stop meshing (map cap), else the meshes made; *more when
+ * the batch was cut short. */
+static int mesh_cache(struct sd_cache *c, uint64_t deadline, int *more)
+{
+    int n = batch_take(c);
+    if (n < 2) {
+        for (int i = 0; i < n; i++)
+            batch_settle(c, cand[i]);
+        return 0;
+    }
+    if (n == MESH_BATCH)
+        *more = 1;
+    for (int i = 0; i < n; i++) {
+        sd_spin_lock(&cand[i]->lock);
+        int k = used_bitmap(cand[i], used_map[i]);
+        sd_spin_unlock(&cand[i]->lock);
+        used_n[i] = k < 0 ? UINT32_MAX : (uint32_t)k;
+    }
+    /* Fullest first (insertion sort of at most MESH_BATCH). */
+    for (int i = 1; i < n; i++) {
+        struct slab *s = cand[i];
+        uint32_t k = used_n[i];
+        uint64_t m[MAP_WORDS];
+        memcpy(m, used_map[i], sizeof m);
+        int j = i;
+        for (; j > 0 && used_n[j - 1] < k; j--) {
+            cand[j] = cand[j - 1];
+            used_n[j] = used_n[j - 1];
+            memcpy(used_map[j], used_map[j - 1], sizeof m);
+        }
+        cand[j] = s;
+        used_n[j] = k;
+        memcpy(used_map[j], m, sizeof m);
+    }
+    unsigned words = (c->capacity + 63) / 64;
+    int made = 0, stop = 0;
+    uint8_t gone[MESH_BATCH] = { 0 };
+    for (int src = n - 1; src > 0 && !stop; src--) {
+        if (used_n[src] == 0 || used_n[src] == UINT32_MAX || cand[src]->mesh_alias)
+            continue;
+        for (int dst = 0; dst < n; dst++) {
+            if (dst == src || gone[dst] || used_n[dst] == UINT32_MAX ||
+                used_n[dst] + used_n[src] > c->capacity ||
+                !disjoint(used_map[src], used_map[dst], words))
+                continue;
+            int r = mesh_pair(c, cand[src], cand[dst], used_map[dst]);
+            if (r < 0) {
+                stop = 1;
+                break;
+            }
+            if (r > 0) {
+                gone[src] = 1;
+                used_n[dst] += used_n[src];
+                made++;
+                break;
+            }
+        }
+        if (deadline && os_now_ns() > deadline) {
+            *more = 1;
+            break;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (!gone[i])
+            batch_settle(c, cand[i]);
+    return stop ? -1 : made;
+}
+
+size_t mesh_pass(uint64_t deadline, int *more)
+{
+    int dummy = 0;
+    if (!more)
+        more = &dummy;
+    *more = 0;
+    if (!mesh_enabled())
+        return 0;
+    if (!arena_handler_ours()) {
+        stats.handler_lost = 1;             /* the program took SIGSEGV */
+        return 0;
+    }
+    sd_mutex_lock(&mesh_lock);
+    uint64_t t0 = os_now_ns();
+    uint64_t before = __atomic_load_n(&stats.bytes_released, __ATOMIC_RELAXED);
+    for (unsigned k = 0; k < SD_NCLASSES; k++) {
+        unsigned i = (cursor + k) % SD_NCLASSES;
+        struct sd_cache *c = &sd_malloc_caches[i];
+        if (c->debug || __atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED) < 2)
+            continue;
+        int cmore = 0, r;
+        do {
+            r = mesh_cache(c, deadline, &cmore);
+        } while (r > 0 && cmore && !(deadline && os_now_ns() > deadline));
+        if (r < 0)
+            break;                          /* the map cap: nothing more */
+        if (cmore)
+            *more = 1;
+        if (deadline && os_now_ns() > deadline) {
+            cursor = i + 1;
+            *more = 1;
+            break;
+        }
+    }
+    stats.passes++;
+    __atomic_fetch_add(&stats.time_ns, os_now_ns() - t0, __ATOMIC_RELAXED);
+    sd_mutex_unlock(&mesh_lock);
+    return __atomic_load_n(&stats.bytes_released, __ATOMIC_RELAXED) - before;
+}
+
+/* ---------------------------------------------------------------- */
+/* Frees through an alias, and the end of a host                     */
+
+void mesh_free(struct slab *s, void *p, const char *call)
+{
+    sd_spin_lock(&s->lock);
+    struct slab *host = s->mesh_host;
+    unsigned state = s->state;
+    int ok = slab_contains(s, p);
+    sd_spin_unlock(&s->lock);
+    if (state != SLAB_MESHED || !host || !ok)
+        report_invalid(call, p);
+    /* The host cannot go away under us: it counts p until p is freed. */
+    cache_free_slow(host, host->start + ((char *)p - s->start), call);
+}
+
+size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s)
+{
+    size_t bytes = seg_kind_bytes(s->kind), n = 0;
+    sd_spin_lock(&s->lock);
+    struct slab *a = s->mesh_alias;
+    s->mesh_alias = NULL;
+    sd_spin_unlock(&s->lock);
+    while (a) {
+        sd_spin_lock(&a->lock);
+        struct slab *next = a->mesh_alias;
+        a->mesh_alias = NULL;
+        a->mesh_host = NULL;
+        a->state = SLAB_RELEASING;
+        sd_spin_unlock(&a->lock);
+        if (arena_unalias(a->start, bytes))
+            sd_fatal("mesh: cannot remap an alias of %s back (map limit?)", c->name);
+        __atomic_fetch_sub(&stats.maps, 2, __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&stats.aliases, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&stats.unmeshes, 1, __ATOMIC_RELAXED);
+        cache_stat_add(c, SD_STAT_UNMESHES, 1);
+        segment_slab_free(a);
+        n++;
+        a = next;
+    }
+    return n;
+}
+
+void mesh_get_stats(struct mesh_stats *st)
+{
+    *st = stats;
+    st->enabled = mesh_enabled();
+    st->fault_waits = arena_fault_waits();
+}

@@ -1,0 +1,48 @@
+/*
+ * classes/mesh.h - transparent meshing of sparse malloc slabs (issue 6;
+ * Mesh, PLDI 2019).  The design, its proof of safety and its limits are at
+ * the top of classes/mesh.c; the memory underneath is core/arena.h.
+ */
+#ifndef SD_CLASSES_MESH_H
+#define SD_CLASSES_MESH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+
+/* Set up the arena when SLABDEFRAG_MESH=1 (from cache_init, before any
+ * segment exists).  Meshing stays off if that fails (one warning). */
+void mesh_init(void);
+/* Is meshing on (arena up)? */
+int mesh_enabled(void);
+/* One bounded pass over the malloc caches: mesh pairs of sparse PARTIAL
+ * slabs until `deadline` (monotonic ns; 0 = no bound).  Returns bytes
+ * released; *more (may be NULL) says it stopped with candidates left.
+ * Call with no allocator lock held (the shrinker thread, sd_shrink_all). */
+size_t mesh_pass(uint64_t deadline, int *more);
+/* Free p, an object address of alias slab s (state MESHED, s unlocked):
+ * redirected to its host.  From cache_free_slow. */
+void mesh_free(struct slab *s, void *p, const char *call);
+/* Host s is on its way back (RELEASING, off every list, unlocked): restore
+ * every alias's own (released) pages and give their slots back.  From
+ * cache_slab_release.  Returns the slots given back. */
+size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s);
+
+struct mesh_stats {
+    int      enabled;           /* SLABDEFRAG_MESH=1 and the arena is up */
+    int      handler_lost;      /* our SIGSEGV handler was replaced: stopped */
+    uint64_t passes;            /* mesh passes */
+    uint64_t meshes;            /* aliases made (all caches) */
+    uint64_t unmeshes;          /* aliases restored */
+    uint64_t bytes_released;    /* by meshing */
+    uint64_t aliases;           /* aliases now */
+    uint64_t maps, max_maps;    /* mappings meshing holds (2 per alias), cap */
+    uint64_t map_limit_hits;    /* meshes refused by the cap */
+    uint64_t time_ns;           /* time spent meshing, in total */
+    uint64_t longest_pause_ns;  /* the longest a slab stayed write-protected */
+    uint64_t fault_waits;       /* writers parked by the barrier (mesh, fork) */
+};
+void mesh_get_stats(struct mesh_stats *st);
+
+#endif

@@ -1,0 +1,303 @@
+/*
+ * core/arena.c - the memfd arena, its write barrier and its fork copy
+ * (see arena.h).  Only core/os.c maps; this file decides what goes where.
+ */
+#define _GNU_SOURCE
+#include "arena.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "os.h"
+#include "segment.h"
+#include "types.h"
+
+extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+
+uintptr_t arena_base;
+static int arena_fd = -1;
+static size_t arena_next;               /* bytes handed out (atomic) */
+
+/* The barrier.  prot_gen is odd while [prot_lo, prot_hi) is read-only. */
+static uintptr_t prot_lo, prot_hi;
+static unsigned prot_gen;
+static int fork_active;                 /* the whole arena is read-only */
+static int fork_protected;              /* ... and we made it so */
+static pid_t fork_pid;                  /* the parent's pid during a fork */
+static int fork_pipe[2] = { -1, -1 };
+static int child_done;
+static unsigned long fault_waits;
+
+static int handler_on;
+static struct sigaction chained;        /* the program's (or previous) handler */
+static sd_spin chained_lock;
+
+static __thread uintptr_t retry_addr;
+static __thread unsigned retry_count;
+
+static size_t arena_used(void)
+{
+    size_t n = __atomic_load_n(&arena_next, __ATOMIC_ACQUIRE);
+    return n < ARENA_SIZE ? n : ARENA_SIZE;
+}
+
+/* ---------------------------------------------------------------- */
+/* The SIGSEGV handler                                               */
+
+static void chain(int sig, siginfo_t *si, void *uc)
+{
+    struct sigaction p = chained;
+    if (p.sa_flags & SA_RESETHAND) {
+        chained.sa_handler = SIG_DFL;
+        chained.sa_flags = 0;
+    }
+    if (p.sa_flags & SA_SIGINFO) {
+        if (p.sa_sigaction) {
+            p.sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (p.sa_handler != SIG_DFL && p.sa_handler != SIG_IGN) {
+        p.sa_handler(sig);
+        return;
+    }
+    /* Default action: uninstall ourselves and let the fault recur (or
+     * re-raise a signal that was sent, not caused). */
+    struct sigaction d;
+    memset(&d, 0, sizeof d);
+    d.sa_handler = SIG_DFL;
+    sigemptyset(&d.sa_mask);
+    __sigaction(sig, &d, NULL);
+    __atomic_store_n(&handler_on, 0, __ATOMIC_RELEASE);
+    if (si->si_code <= 0)
+        raise(sig);
+}
+
+static void fork_child_copy(void);
+
+static void segv(int sig, siginfo_t *si, void *uc)
+{
+    int saved = errno;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    if (si->si_code > 0 && arena_base && a - arena_base < arena_used()) {
+        if (__atomic_load_n(&fork_active, __ATOMIC_ACQUIRE)) {
+            if (getpid() != fork_pid)
+                fork_child_copy();      /* the child wrote before its handler ran */
+            else
+                while (__atomic_load_n(&fork_active, __ATOMIC_ACQUIRE))
+                    sched_yield();
+            __atomic_fetch_add(&fault_waits, 1, __ATOMIC_RELAXED);
+            errno = saved;
+            return;
+        }
+        unsigned g = __atomic_load_n(&prot_gen, __ATOMIC_ACQUIRE);
+        if ((g & 1) && a >= prot_lo && a < prot_hi) {
+            while (__atomic_load_n(&prot_gen, __ATOMIC_ACQUIRE) == g)
+                sched_yield();
+            __atomic_fetch_add(&fault_waits, 1, __ATOMIC_RELAXED);
+            errno = saved;
+            return;
+        }
+        /* Not protected now: the protection may have ended between the
+         * fault and our look.  Retry; a fault that persists is not ours. */
+        if (retry_addr != a) {
+            retry_addr = a;
+            retry_count = 0;
+        }
+        if (retry_count++ < 64) {
+            sched_yield();
+            errno = saved;
+            return;
+        }
+    }
+    errno = saved;
+    chain(sig, si, uc);
+}
+
+int arena_handler_ours(void)
+{
+    if (!__atomic_load_n(&handler_on, __ATOMIC_ACQUIRE))
+        return 0;
+    struct sigaction cur;
+    if (__sigaction(SIGSEGV, NULL, &cur))
+        return 0;
+    return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == segv;
+}
+
+int arena_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (sig != SIGSEGV || !__atomic_load_n(&handler_on, __ATOMIC_ACQUIRE))
+        return __sigaction(sig, act, old);
+    sd_spin_lock(&chained_lock);
+    if (old)
+        *old = chained;
+    if (act)
+        chained = *act;
+    sd_spin_unlock(&chained_lock);
+    return 0;
+}
+
+unsigned long arena_fault_waits(void)
+{
+    return __atomic_load_n(&fault_waits, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------- */
+/* Set-up and segments                                               */
+
+int arena_init(void)
+{
+    static int done;
+    if (done)
+        return arena_base ? 0 : EINVAL;
+    done = 1;
+    void *base;
+    int fd, err = os_reserve_aligned(ARENA_SIZE, SD_SEGMENT_SIZE, &base);
+    if (err)
+        return err;
+    if ((err = os_memfd(ARENA_SIZE, &fd))) {
+        os_unmap(base, ARENA_SIZE);
+        return err;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = segv;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    if (__sigaction(SIGSEGV, &sa, &chained)) {
+        err = errno;
+        close(fd);
+        os_unmap(base, ARENA_SIZE);
+        return err;
+    }
+    arena_fd = fd;
+    __atomic_store_n(&handler_on, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&arena_base, (uintptr_t)base, __ATOMIC_RELEASE);
+    return 0;
+}
+
+int arena_segment_map(void **out)
+{
+    if (!arena_base)
+        return ENOMEM;
+    size_t off = __atomic_fetch_add(&arena_next, SD_SEGMENT_SIZE, __ATOMIC_ACQ_REL);
+    if (off + SD_SEGMENT_SIZE > ARENA_SIZE)
+        return ENOMEM;
+    void *p = (void *)(arena_base + off);
+    int err = os_map_shared_fixed(p, SD_SEGMENT_SIZE, arena_fd, off);
+    if (err)
+        return err;                     /* the hole stays unused */
+    *out = p;
+    return 0;
+}
+
+void arena_purge(void *p, size_t size)
+{
+    if (arena_contains(p))
+        os_punch_hole(arena_fd, (uintptr_t)p - arena_base, size);
+    else
+        os_purge(p, size);
+}
+
+int arena_alias(void *dst, const void *src, size_t size)
+{
+    return os_map_shared_fixed(dst, size, arena_fd, (uintptr_t)src - arena_base);
+}
+
+int arena_unalias(void *dst, size_t size)
+{
+    return os_map_shared_fixed(dst, size, arena_fd, (uintptr_t)dst - arena_base);
+}
+
+int arena_protect_begin(void *p, size_t size)
+{
+    prot_lo = (uintptr_t)p;
+    prot_hi = (uintptr_t)p + size;
+    __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);        /* odd */
+    int err = os_protect(p, size, 0);
+    if (err)
+        __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);
+    return err;
+}
+
+void arena_protect_end(void)
+{
+    __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);        /* even */
+}
+
+/* ---------------------------------------------------------------- */
+/* Fork                                                              */
+
+void arena_fork_prepare(void)
+{
+    if (!arena_base)
+        return;
+    if (pipe2(fork_pipe, O_CLOEXEC))
+        fork_pipe[0] = fork_pipe[1] = -1;
+    fork_pid = getpid();
+    child_done = 0;
+    __atomic_store_n(&fork_active, 1, __ATOMIC_RELEASE);
+    /* Without our handler a writer would crash: then copy unprotected
+     * (the child may see writes the parent's other threads make while it
+     * copies; documented in arena.h's caller, classes/mesh.c). */
+    fork_protected = arena_handler_ours() && fork_pipe[0] >= 0 &&
+                     os_protect((void *)arena_base, arena_used(), 0) == 0;
+}
+
+void arena_fork_parent(void)
+{
+    if (!arena_base)
+        return;
+    if (fork_pipe[1] >= 0) {
+        close(fork_pipe[1]);
+        char c;
+        while (read(fork_pipe[0], &c, 1) < 0 && errno == EINTR)
+            ;                           /* EOF if the fork failed */
+        close(fork_pipe[0]);
+    }
+    fork_pipe[0] = fork_pipe[1] = -1;
+    if (fork_protected)
+        os_protect((void *)arena_base, arena_used(), 1);
+    __atomic_store_n(&fork_active, 0, __ATOMIC_RELEASE);
+}
+
+static void realias_one(struct slab *s, void *arg)
+{
+    if (s->state == SLAB_MESHED && s->mesh_host)
+        arena_alias(s->start, s->mesh_host->start, seg_kind_bytes(s->kind));
+}
+
+/* Runs once in the child: from the atfork handler, or from the SIGSEGV
+ * handler if the child wrote to the heap first.  Single-threaded. */
+static void fork_child_copy(void)
+{
+    if (child_done)
+        return;
+    child_done = 1;
+    int fd;
+    size_t used = arena_used();
+    if (os_memfd(ARENA_SIZE, &fd) ||
+        os_copy_file_data(arena_fd, fd, used) ||
+        os_map_shared_fixed((void *)arena_base, used, fd, 0))
+        sd_fatal("fork: cannot copy the mesh arena for the child (errno %d)", errno);
+    int old = arena_fd;
+    arena_fd = fd;
+    segment_for_each_slab(realias_one, NULL, 1);
+    close(old);
+    if (fork_pipe[1] >= 0) {
+        char c = 1;
+        if (write(fork_pipe[1], &c, 1) < 0) { /* the parent sees EOF */ }
+        close(fork_pipe[1]);
+        close(fork_pipe[0]);
+    }
+    fork_pipe[0] = fork_pipe[1] = -1;
+    __atomic_store_n(&fork_active, 0, __ATOMIC_RELEASE);
+}
+
+void arena_fork_child(void)
+{
+    if (arena_base)
+        fork_child_copy();
+}

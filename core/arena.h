@@ -1,0 +1,76 @@
+/*
+ * core/arena.h - remappable slab memory for meshing (issue 6).
+ *
+ * With SLABDEFRAG_MESH=1 every segment is carved out of one memfd mapped
+ * MAP_SHARED: the segment at address base + off is file offset off, so a
+ * slab's physical pages can be shared by two virtual ranges (a mesh) and
+ * released with a hole punch.  Without the option nothing here is used
+ * and segments are private anonymous memory as before.
+ *
+ * The arena also owns the write barrier meshing and fork need: a range (or
+ * the whole arena) is made read-only, and a SIGSEGV handler parks a
+ * faulting writer until the range is writable again; the write then
+ * retries.  Faults that are not ours go to the program's handler: the
+ * preload layer routes sigaction(SIGSEGV) here (arena_sigaction), so a
+ * program that installs its own handler is chained behind ours, as Mesh
+ * does.  A program that replaces it behind libc's back is detected
+ * (arena_handler_ours) and meshing stops.
+ *
+ * Fork (a shared mapping would otherwise share the heap with the child):
+ * prepare makes the arena read-only; the child copies the arena's data
+ * into a fresh memfd, maps it over the same addresses, re-creates the mesh
+ * aliases and tells the parent through a pipe; the parent then makes its
+ * arena writable again.  Parent threads that write meanwhile wait in the
+ * handler.  Cost: a fork copies the live heap (no copy-on-write sharing).
+ */
+#ifndef SD_CORE_ARENA_H
+#define SD_CORE_ARENA_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fmt.h"
+
+#define ARENA_SIZE (64UL << 30)         /* address space and file size */
+
+extern SD_HIDDEN uintptr_t arena_base;  /* 0 when meshing is off */
+
+/* Create the arena and install the SIGSEGV handler (once; called from
+ * cache_init when SLABDEFRAG_MESH=1, before any segment exists).
+ * 0 or errno (then segments stay anonymous and nothing meshes). */
+int arena_init(void);
+static inline int arena_contains(const void *p)
+{
+    return arena_base && (uintptr_t)p - arena_base < ARENA_SIZE;
+}
+/* A new 4 MiB segment from the arena into *out; ENOMEM when the arena is
+ * exhausted (the caller maps anonymous memory instead).  Called under a
+ * segment kind lock. */
+int arena_segment_map(void **out);
+/* Release the memory of [p, p+size): a hole punch inside the arena (the
+ * range must not be an alias), madvise outside it. */
+void arena_purge(void *p, size_t size);
+/* Point the virtual range [dst, dst+size) at the pages of src's range
+ * (a mesh alias); arena_unalias points it back at its own file offset. */
+int arena_alias(void *dst, const void *src, size_t size);
+int arena_unalias(void *dst, size_t size);
+/* Write-protect [p, p+size) while its contents are copied; writers wait
+ * in the handler until arena_protect_end() (after the range was remapped
+ * read-write).  One protected range at a time (the caller serialises). */
+int arena_protect_begin(void *p, size_t size);
+void arena_protect_end(void);
+/* Is our SIGSEGV handler still the installed one? */
+int arena_handler_ours(void);
+/* sigaction() as the preload layer exports it: SIGSEGV, while our handler
+ * is installed, records the program's handler as the one we chain to. */
+int arena_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+/* Writers that waited in the handler (faults absorbed). */
+unsigned long arena_fault_waits(void);
+
+/* Fork, called by classes/fork.c with every allocator lock held. */
+void arena_fork_prepare(void);
+void arena_fork_parent(void);
+void arena_fork_child(void);
+
+#endif
