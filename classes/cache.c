@@ -122,6 +122,7 @@ void cache_init(void)
             cache_setup(c, (uint16_t)i, name, sizeclass_size[i],
                         sizeclass_size[i], SD_MIN_ALIGN);
             c->is_malloc = 1;
+            mesh_geometry(c);       /* page-sized slabs when meshing */
             sd_caches[i] = c;
         }
         __atomic_store_n(&done, 1, __ATOMIC_RELEASE);

@@ -14,6 +14,9 @@
 /* Set up the arena when SLABDEFRAG_MESH=1 (from cache_init, before any
  * segment exists).  Meshing stays off if that fails (one warning). */
 void mesh_init(void);
+/* Malloc class c (just set up) gets page-sized slabs when meshing is on
+ * and its objects are small (see classes/mesh.c). */
+void mesh_geometry(struct sd_cache *c);
 /* Is meshing on (arena up)? */
 int mesh_enabled(void);
 /* One bounded pass over the malloc caches: mesh pairs of sparse PARTIAL

@@ -43,12 +43,12 @@ int sizeclass_aligned(size_t n, size_t align)
  * over; the largest slot otherwise. */
 void sizeclass_geometry(uint32_t size, unsigned *kind, uint32_t *capacity)
 {
-    for (unsigned k = 0; k < SEG_NKINDS; k++) {
+    for (unsigned k = 0; k <= SEG_KIND_256K; k++) {
         size_t slot = seg_kind_bytes(k);
         size_t cap = slot / size;
         if (cap > SLAB_MAX_OBJECTS)
             cap = SLAB_MAX_OBJECTS;
-        if ((cap >= 8 && (slot - cap * size) * 8 <= slot) || k == SEG_NKINDS - 1) {
+        if ((cap >= 8 && (slot - cap * size) * 8 <= slot) || k == SEG_KIND_256K) {
             *kind = k;
             *capacity = (uint32_t)cap;
             return;

@@ -130,7 +130,8 @@ struct segment {
     uint16_t nfree;           /* free slots */
     uint16_t hint;            /* where to start looking for a free slot */
     struct sd_list link;      /* kind's list of segments */
-    uint64_t used[4];         /* bit per slot: 1 = holds a slab */
+    uint64_t used[16];        /* bit per slot: 1 = holds a slab (up to
+                                 1024 slots: the 4 KiB kind) */
     struct slab slabs[];      /* one per slot */
 };
 
