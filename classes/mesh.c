@@ -27,7 +27,8 @@
  * freelists without a lock) nor FROZEN by a vacate.  Candidates are taken
  * off the partial list under the list lock with trylock and FROZEN (as a
  * vacate does: nothing is allocated from them, frees still land), at most
- * MESH_BATCH at a time, only those at most half full: two slabs can only
+ * MESH_BATCH at a time from the sparse tail of the list (they go back to
+ * its head), only those at most half full: two slabs can only
  * be disjoint if one of them is at most half full (pigeonhole), and below
  * half the chance that two random occupancies are disjoint,
  * (1 - p^2)^capacity, is what makes meshing pay; a denser slab would rarely
@@ -99,7 +100,7 @@
 #include "segment.h"
 #include "slab.h"
 
-#define MESH_BATCH 64                   /* candidates per batch */
+#define MESH_BATCH 128                  /* candidates per batch */
 #define MESH_SCAN  1024                 /* partial slabs looked at per batch */
 #define MAP_WORDS  (SLAB_MAX_OBJECTS / 64)
 
@@ -276,9 +277,11 @@ static int batch_take(struct sd_cache *c)
 {
     int n = 0, seen = 0;
     sd_mutex_lock(&c->list_lock);
-    for (struct sd_list *l = c->partial.next, *nx; l != &c->partial && n < MESH_BATCH &&
+    /* From the tail: a shrink sorts the partial list fullest first, so the
+     * sparsest slabs - the likeliest to be disjoint - are there. */
+    for (struct sd_list *l = c->partial.prev, *nx; l != &c->partial && n < MESH_BATCH &&
          seen < MESH_SCAN; l = nx, seen++) {
-        nx = l->next;
+        nx = l->prev;
         struct slab *s = list_entry(l, struct slab, link);
         if (__atomic_load_n(&s->inuse, __ATOMIC_RELAXED) * 2 > c->capacity ||
             !arena_contains(s->start) || !sd_spin_trylock(&s->lock))
@@ -299,7 +302,9 @@ static void batch_settle(struct sd_cache *c, struct slab *s)
     sd_spin_lock(&s->lock);
     int release = 0;
     if (s->state == SLAB_FROZEN) {
-        release = cache_slab_settle_locked(c, s, 1);      /* to the tail */
+        /* To the head: the next batch sees other slabs, and allocation
+         * fills the hosts and the slabs that found no partner. */
+        release = cache_slab_settle_locked(c, s, 0);
         if (release)
             s->state = SLAB_RELEASING;
     }

@@ -21,8 +21,11 @@ struct tbin {
                                    its frees to them take no lock */
 };
 
-/* Slabs a thread keeps on each ring; past it the oldest goes back. */
+/* Slabs a thread keeps on each ring; past it the oldest goes back.  Four
+ * 16 KiB slabs' worth: the page-sized slabs of meshing (SEG_KIND_4K)
+ * keep sixteen, so that as many of the thread's frees stay lock-free. */
 #define TBIN_OWNED_MAX 4
+#define TBIN_OWNED_MAX_4K 16
 
 enum tc_state { TC_NEW = 0, TC_INIT, TC_LIVE, TC_DEAD };
 
