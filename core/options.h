@@ -34,6 +34,7 @@ struct sd_options {
     uint32_t mesh;                 /* mesh sparse malloc slabs (memfd arena) */
     uint32_t mesh_max_maps;        /* mappings meshing may create; 0 = half
                                       of vm.max_map_count */
+    uint32_t mesh_page_slabs;      /* meshing: 4 KiB slabs for small classes */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
 
