@@ -13,6 +13,8 @@
  *             same objects: each sees its own
  *   maplimit  SLABDEFRAG_MESH_MAX_MAPS=4: at most two aliases, and the
  *             statistics say the cap stopped meshing
+ *   small     random sparse 48-byte objects mesh (16 KiB slabs, and 4 KiB
+ *             ones with SLABDEFRAG_MESH_PAGE_SLABS=1), contents intact
  *   handler   the program's own SIGSEGV handler (installed with
  *             sigaction) is chained: meshing still works and a real fault
  *             reaches the program's handler
@@ -379,6 +381,42 @@ static int t_handler(void)
     return 0;
 }
 
+/* ---- small: random sparse 48-byte objects (page slabs or not) ---- */
+
+static int t_small(void)
+{
+    enum { N = 400000 };
+    static uint64_t *v[N];
+    unsigned seed = 12345;
+    for (unsigned i = 0; i < N; i++) {
+        v[i] = malloc(40);
+        CHECK(v[i], "malloc");
+        for (unsigned k = 0; k < 5; k++)
+            v[i][k] = (uintptr_t)v[i] * 31 + k;
+    }
+    for (unsigned i = 0; i < N; i++) {
+        seed = seed * 1103515245 + 12345;
+        if ((seed >> 16) % 100 < 85) {
+            free(v[i]);
+            v[i] = NULL;
+        }
+    }
+    sd_shrink_all();
+    struct mesh_fig f = mesh_fig();
+    for (unsigned i = 0; i < N; i++)
+        for (unsigned k = 0; v[i] && k < 5; k++)
+            CHECK(v[i][k] == (uintptr_t)v[i] * 31 + k, "object %p lost word %u",
+                  (void *)v[i], k);
+    printf("small: %lu meshes, %lu aliases\n", f.meshes, f.aliases);
+    CHECK(f.meshes > 0, "no mesh among sparse 48-byte slabs");
+    for (unsigned i = 0; i < N; i++)
+        free(v[i]);
+    sd_shrink_all();
+    f = mesh_fig();
+    CHECK(f.aliases == 0, "%lu aliases left after freeing everything", f.aliases);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *t = argc > 1 ? argv[1] : "";
@@ -388,6 +426,7 @@ int main(int argc, char **argv)
     if (!strcmp(t, "fork")) return t_fork();
     if (!strcmp(t, "maplimit")) return t_maplimit();
     if (!strcmp(t, "handler")) return t_handler();
-    fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler\n");
+    if (!strcmp(t, "small")) return t_small();
+    fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler|small\n");
     return 2;
 }
