@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "os.h"
@@ -137,6 +138,21 @@ int arena_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
         chained = *act;
     sd_spin_unlock(&chained_lock);
     return 0;
+}
+
+int arena_sigmask(int how, const sigset_t *set, sigset_t *old)
+{
+    sigset_t copy;
+    if (set && how != SIG_UNBLOCK) {
+        copy = *set;
+        unsigned long *w = (unsigned long *)&copy;
+        w[0] &= ~(1UL << (32 - 1) | 1UL << (33 - 1));  /* SIGCANCEL, SIGSETXID */
+        if (__atomic_load_n(&handler_on, __ATOMIC_ACQUIRE))
+            w[0] &= ~(1UL << (SIGSEGV - 1));
+        set = &copy;
+    }
+    long r = syscall(SYS_rt_sigprocmask, how, set, old, 8);
+    return r < 0 ? errno : 0;
 }
 
 unsigned long arena_fault_waits(void)

@@ -65,6 +65,13 @@ int arena_handler_ours(void);
 /* sigaction() as the preload layer exports it: SIGSEGV, while our handler
  * is installed, records the program's handler as the one we chain to. */
 int arena_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+/* pthread_sigmask() as the preload layer exports it (glibc's semantics:
+ * its two internal signals are never blocked), except that while meshing
+ * is on SIGSEGV is never blocked either: a write fault in a thread that
+ * blocks it would kill the process instead of waiting at the barrier
+ * (threads of libraries such as nanomsg block every signal).  Blocking a
+ * synchronous SIGSEGV has no other effect than that.  0 or errno. */
+int arena_sigmask(int how, const sigset_t *set, sigset_t *old);
 /* Writers that waited in the handler (faults absorbed). */
 unsigned long arena_fault_waits(void);
 

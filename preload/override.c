@@ -58,10 +58,24 @@ SD_EXPORT int malloc_trim(size_t pad) { (void)pad; return sdm_trim(); }
 
 /* SIGSEGV belongs to the mesh barrier while meshing is on (core/arena.h):
  * a program's handler is chained behind ours, as Mesh does.  Every other
- * signal, and SIGSEGV with meshing off, goes straight to libc. */
+ * signal, and SIGSEGV with meshing off, goes straight to libc.  The signal
+ * masks keep SIGSEGV unblocked while meshing is on (arena_sigmask). */
 SD_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
     return arena_sigaction(sig, act, old);
+}
+SD_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
+{
+    return arena_sigmask(how, set, old);
+}
+SD_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
+{
+    int err = arena_sigmask(how, set, old);
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    return 0;
 }
 SD_EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
