@@ -249,7 +249,7 @@ prog_redis() {
     trap 'if [ -n "$redis_pid" ]; then kill -9 "$redis_pid" 2>/dev/null; fi' EXIT
     local up=0
     for _ in $(seq 1 100); do
-        if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then up=1; break; fi
+        if redis-cli -p "$port" ping 2>/dev/null | grep -c PONG >/dev/null; then up=1; break; fi
         kill -0 "$redis_pid" 2>/dev/null || break
         sleep 0.1
     done
@@ -382,7 +382,8 @@ check_program() {
 }
 
 # The library must really get loaded, or every comparison is vacuous.
-if LD_PRELOAD="$lib" cat /proc/self/maps 2>/dev/null | grep -q libslabdefrag; then
+# (grep -c reads to the end: with -q, cat could die of SIGPIPE under pipefail.)
+if [ "$(LD_PRELOAD="$lib" cat /proc/self/maps 2>/dev/null | grep -c libslabdefrag)" -gt 0 ]; then
     echo "ok preload-active"
     pass=$((pass + 1))
 else
