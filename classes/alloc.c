@@ -60,11 +60,45 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
     cache_stat_add(c, SD_STAT_ALLOC_REFILL, 1);
 
     struct slab *s = b->slab;
-    if (s && s->local_free) {               /* our own frees: no lock */
+    /* Our own frees, no lock: from the slab that has the most of them,
+     * the active one or one on the ring.  Taking the first slab with any
+     * would refill a handful of objects at a time once the frees spread
+     * over the ring (a random-replacement workload over k slabs yields
+     * about slack/k per refill with "most", 1-3 with "first"). */
+    struct slab *best = s && s->nlocal ? s : NULL;
+    uint32_t most = best ? s->nlocal : 0;
+    for (struct sd_list *l = b->owned.next; l != &b->owned; l = l->next) {
+        struct slab *o = list_entry(l, struct slab, link);
+        if (o->nlocal > most) {
+            best = o;
+            most = o->nlocal;
+        }
+    }
+    if (best && best == s) {
         b->free = s->local_free;
         b->nfree = s->nlocal;
         s->local_free = NULL;
         s->nlocal = 0;
+        return cache_alloc_fast(c, b, c->fp_off);
+    }
+    if (best) {
+        if (s) {                            /* to the ring, still ours */
+            sd_spin_lock(&s->lock);
+            slab_set_state(s, SLAB_OWNED);
+            sd_spin_unlock(&s->lock);
+            list_add_head(&b->owned, &s->link);
+            b->nowned++;
+        }
+        list_del(&best->link);
+        b->nowned--;
+        sd_spin_lock(&best->lock);
+        b->free = best->local_free;
+        b->nfree = best->nlocal;
+        best->local_free = NULL;
+        best->nlocal = 0;
+        slab_set_state(best, SLAB_ACTIVE);
+        b->slab = best;
+        sd_spin_unlock(&best->lock);
         return cache_alloc_fast(c, b, c->fp_off);
     }
     if (s) {
@@ -86,33 +120,24 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         if (++b->nowned > (s->kind == SEG_KIND_4K ? TBIN_OWNED_MAX_4K : TBIN_OWNED_MAX))
             tcache_owned_release(b, list_entry(b->owned.prev, struct slab, link));
     }
-    /* A ring slab with objects freed since - by us (its local list, ours
-     * to read) or by others (its shared freelist, under its lock): make it
-     * active again. */
+    /* No own frees anywhere: a ring slab with frees from other threads
+     * (its shared freelist, under its lock) becomes active again. */
     for (struct sd_list *l = b->owned.next; l != &b->owned; l = l->next) {
         struct slab *o = list_entry(l, struct slab, link);
-        if (!o->nlocal) {
-            if (!sd_spin_trylock(&o->lock))
-                continue;
-            int any = o->freelist != NULL;
+        /* A look without the lock first: other threads' frees keep these
+         * lines busy, and a trylock per ring slab bounced them all. */
+        if (!__atomic_load_n(&o->freelist, __ATOMIC_RELAXED) || !sd_spin_trylock(&o->lock))
+            continue;
+        if (!o->freelist) {
             sd_spin_unlock(&o->lock);
-            if (!any)
-                continue;
+            continue;
         }
         list_del(&o->link);
         b->nowned--;
-        sd_spin_lock(&o->lock);
-        if (o->nlocal) {
-            b->free = o->local_free;
-            b->nfree = o->nlocal;
-            o->local_free = NULL;
-            o->nlocal = 0;
-        } else {                            /* only remote frees */
-            b->free = o->freelist;
-            b->nfree = o->capacity - o->inuse;
-            o->freelist = NULL;
-            o->inuse = o->capacity;
-        }
+        b->free = o->freelist;
+        b->nfree = o->capacity - o->inuse;
+        o->freelist = NULL;
+        o->inuse = o->capacity;
         slab_set_state(o, SLAB_ACTIVE);
         b->slab = o;
         sd_spin_unlock(&o->lock);
@@ -269,7 +294,7 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
         return;
     }
     *slab_fp(s, p) = s->freelist;
-    s->freelist = p;
+    __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);   /* the owner peeks */
     s->inuse--;
     int went_empty = state == SLAB_PARTIAL && !s->inuse;
     int release = cache_slab_freed_locked(c, s);

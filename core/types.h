@@ -96,14 +96,14 @@ struct slab {
     uint8_t   pad;
     uint32_t  inuse;          /* objects not on freelist */
     uint32_t  span;           /* capacity * size: bytes of objects */
-    uint32_t  capacity;       /* objects per slab */
+    uint32_t  nlocal;         /* objects on local_free (owner only) */
     uintptr_t owner;          /* tcache token of the active thread, or 0 */
     char     *start;          /* first object */
     uint64_t  inv;            /* inverse of size's odd part mod 2^64 */
     uint64_t  divlim;         /* (2^64-1) / size */
     void     *local_free;     /* ACTIVE/OWNED: the owner's frees, no lock */
     /* Second line: the locked paths. */
-    uint32_t  nlocal;         /* objects on local_free (owner only) */
+    uint32_t  capacity;       /* objects per slab */
     uint32_t  size;           /* bytes between objects */
     struct slab *mesh_alias;  /* meshing: a host's first alias; an alias's
                                  next alias of the same host (NULL-ended,
