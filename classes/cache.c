@@ -219,10 +219,17 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
 
 struct slab *cache_slab_new(struct sd_cache *c)
 {
-    struct slab *s = segment_slab_alloc(c->kind);
+    unsigned kind = c->kind;
+    uint32_t cap = c->capacity;
+    if (c->page_capacity &&
+        __atomic_load_n(&c->nr_slabs, __ATOMIC_RELAXED) >= sd_opt.mesh_page_slabs) {
+        kind = c->page_kind;                /* meshing a big class: mesh.c */
+        cap = c->page_capacity;
+    }
+    struct slab *s = segment_slab_alloc(kind);
     if (!s)
         return NULL;
-    slab_format(s, c->size, c->capacity, c->fp_off, c->ctor);
+    slab_format(s, c->size, cap, c->fp_off, c->ctor);
     s->cache = c;
     s->bin = c->id;
     __atomic_fetch_add(&c->nr_slabs, 1, __ATOMIC_RELAXED);
@@ -405,6 +412,7 @@ static void usage_one(struct slab *s, void *arg)
         if (s->state != SLAB_UNUSED && s->state != SLAB_RELEASING &&
             s->state != SLAB_MESHED) {
             w->u->slabs++;
+            w->u->bytes += seg_kind_bytes(s->kind);
             w->u->objects_inuse += s->inuse;
             if (s->state == SLAB_OWNED || s->state == SLAB_ACTIVE)
                 w->u->objects_inuse -= __atomic_load_n(&s->nlocal, __ATOMIC_RELAXED);

@@ -28,6 +28,9 @@ struct sd_cache {
     uint32_t  capacity;         /* objects per slab */
     uint16_t  fp_off;           /* free pointer's offset in a free object */
     uint8_t   kind;             /* segment kind: slab bytes */
+    uint8_t   page_kind;        /* meshing: SEG_KIND_4K once the class is
+                                   big (classes/mesh.c), else 0 */
+    uint32_t  page_capacity;    /* objects per page slab, or 0 */
     unsigned long flags;        /* SD_* creation flags */
     void    (*ctor)(void *obj);
     struct sd_cache_ops ops;
@@ -80,6 +83,7 @@ size_t cache_release_empty(struct sd_cache *c, int all);
 struct cache_usage {
     size_t slabs, partial, active, full, frozen, empty;
     size_t objects_inuse;
+    size_t bytes;               /* slab bytes (slabs may differ in size) */
 };
 void cache_usage(struct sd_cache *c, struct cache_usage *u);
 

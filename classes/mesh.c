@@ -143,15 +143,21 @@ void mesh_init(void)
  * occupancy p and n slots per slab that happens with probability about
  * (1 - p^2)^n.  At p = 15% (Redis after deleting 85% of its keys), a
  * 16 KiB slab of 32-byte objects (n = 512) essentially never meshes
- * (1e-5), a 4 KiB one (n = 128) in 3.6% of pairs, enough with 127
- * partners per batch.  With SLABDEFRAG_MESH_PAGE_SLABS=1, classes of
- * MESH_SMALL_MIN..MESH_SMALL_MAX bytes get 4 KiB slabs (at least 8
- * objects, at most 1/8 left over, as sizeclass_geometry asks); 16-byte
- * objects (n = 256) rarely mesh even then, and larger classes have
- * n <= 32 already.  Measured (Redis, 300k keys, 85% deleted): PSS/used
- * 2.79 with page slabs, 3.17 without; but a thread refills its active slab
- * four times as often, and bench/throughput runs at 0.83-0.91x of meshing
- * off (1.0x without page slabs).  So they are off by default. */
+ * (1e-5), a 4 KiB one (n = 128) in 5.5% of pairs, enough with 127
+ * partners per batch.  So classes of MESH_SMALL_MIN..MESH_SMALL_MAX bytes
+ * get page (4 KiB) slabs, at least 8 objects and at most 1/8 left over as
+ * sizeclass_geometry asks; 16-byte objects (n = 256) rarely mesh even
+ * then, and larger classes have n <= 28 already.
+ *
+ * But only once the class is big: a class's first SLABDEFRAG_MESH_PAGE_
+ * SLABS slabs (default 16, i.e. 256 KiB of 16 KiB slabs) are ordinary, the
+ * ones after are page slabs (cache_slab_new).  Small slabs cost speed -
+ * more slabs per thread ring, more descriptors touched, a refill per 128
+ * objects instead of 512 - and bench/throughput, whose heap is a few slabs
+ * per class, ran at 0.8-0.9x with page slabs everywhere; meshing only pays
+ * where a class holds many slabs, and there nearly all of them are page
+ * slabs.  A cache may thus hold both sizes; slabs mesh only with slabs of
+ * their own size. */
 #define MESH_SMALL_MIN 32
 #define MESH_SMALL_MAX 512
 
@@ -164,8 +170,8 @@ void mesh_geometry(struct sd_cache *c)
     if (cap < 8 || (seg_kind_bytes(SEG_KIND_4K) - (size_t)cap * c->size) * 8 >
                        seg_kind_bytes(SEG_KIND_4K))
         return;
-    c->kind = SEG_KIND_4K;
-    c->capacity = cap;
+    c->page_capacity = cap;
+    c->page_kind = SEG_KIND_4K;
 }
 
 int mesh_enabled(void)
@@ -206,9 +212,10 @@ static int disjoint(const uint64_t *a, const uint64_t *b, unsigned words)
 static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
                      uint64_t *bmap)
 {
-    size_t bytes = seg_kind_bytes(c->kind);
+    size_t bytes = seg_kind_bytes(a->kind);
+    uint32_t cap = a->capacity;             /* b's too: one kind per batch */
     uint64_t ua[MAP_WORDS], ub[MAP_WORDS];
-    unsigned words = (c->capacity + 63) / 64;
+    unsigned words = (cap + 63) / 64;
     sd_spin_lock(&a->lock);
     if (!sd_spin_trylock(&b->lock)) {
         sd_spin_unlock(&a->lock);
@@ -245,7 +252,7 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
     /* The host's freelist over the slots free in every member. */
     void **prev = &b->freelist;
     uint32_t nfree = 0;
-    for (uint32_t i = 0; i < c->capacity; i++) {
+    for (uint32_t i = 0; i < cap; i++) {
         ub[i >> 6] |= ua[i >> 6] & (1ULL << (i & 63));
         if (!(ub[i >> 6] >> (i & 63) & 1)) {
             void *obj = slab_object(b, i);
@@ -255,11 +262,11 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
         }
     }
     *prev = NULL;
-    b->inuse = c->capacity - nfree;
+    b->inuse = cap - nfree;
     memcpy(bmap, ub, words * sizeof(uint64_t));
     a->inuse = 0;
     a->freelist = NULL;
-    a->state = SLAB_MESHED;
+    slab_set_state(a, SLAB_MESHED);
     a->mesh_host = b;
     a->mesh_alias = b->mesh_alias;
     b->mesh_alias = a;
@@ -280,7 +287,25 @@ out:
 /* ---------------------------------------------------------------- */
 /* A batch of one cache                                              */
 
-static int batch_take(struct sd_cache *c)
+/* Occupancy thresholds.  A source must be at most half full: two slabs
+ * can only be disjoint if one of them is (pigeonhole), and the sparser
+ * the source the likelier a partner.  A target may be fuller, up to 7/8:
+ * meshing a 15%-full source into a 60%-full host releases a slab as
+ * surely as into a 30%-full one, and restricting hosts to half full left
+ * the medium classes of Redis (8-28 objects per slab) at 45% occupancy,
+ * where two hosts are rarely disjoint any more. */
+static int source_ok(uint32_t cap, uint32_t inuse)
+{
+    return inuse * 2 <= cap;
+}
+
+static int target_ok(uint32_t cap, uint32_t inuse)
+{
+    return inuse * 8 <= cap * 7;
+}
+
+/* Candidates of one slab size: kind and its capacity cap. */
+static int batch_take(struct sd_cache *c, unsigned kind, uint32_t cap)
 {
     int n = 0, seen = 0;
     sd_mutex_lock(&c->list_lock);
@@ -290,12 +315,12 @@ static int batch_take(struct sd_cache *c)
          seen < MESH_SCAN; l = nx, seen++) {
         nx = l->prev;
         struct slab *s = list_entry(l, struct slab, link);
-        if (__atomic_load_n(&s->inuse, __ATOMIC_RELAXED) * 2 > c->capacity ||
+        if (s->kind != kind || !target_ok(cap, __atomic_load_n(&s->inuse, __ATOMIC_RELAXED)) ||
             !arena_contains(s->start) || !sd_spin_trylock(&s->lock))
             continue;
-        if (s->inuse * 2 <= c->capacity && s->inuse) {
+        if (target_ok(cap, s->inuse) && s->inuse) {
             cache_partial_del_locked(c, s);
-            s->state = SLAB_FROZEN;
+            slab_set_state(s, SLAB_FROZEN);
             cand[n++] = s;
         }
         sd_spin_unlock(&s->lock);
@@ -313,7 +338,7 @@ static void batch_settle(struct sd_cache *c, struct slab *s)
          * fills the hosts and the slabs that found no partner. */
         release = cache_slab_settle_locked(c, s, 0);
         if (release)
-            s->state = SLAB_RELEASING;
+            slab_set_state(s, SLAB_RELEASING);
     }
     sd_spin_unlock(&s->lock);
     if (release)
@@ -322,9 +347,10 @@ static void batch_settle(struct sd_cache *c, struct slab *s)
 
 /* Returns -1 to stop meshing (map cap), else the meshes made; *more when
  * the batch was cut short. */
-static int mesh_cache(struct sd_cache *c, uint64_t deadline, int *more)
+static int mesh_cache(struct sd_cache *c, unsigned kind, uint32_t cap,
+                      uint64_t deadline, int *more)
 {
-    int n = batch_take(c);
+    int n = batch_take(c, kind, cap);
     if (n < 2) {
         for (int i = 0; i < n; i++)
             batch_settle(c, cand[i]);
@@ -354,15 +380,16 @@ static int mesh_cache(struct sd_cache *c, uint64_t deadline, int *more)
         used_n[j] = k;
         memcpy(used_map[j], m, sizeof m);
     }
-    unsigned words = (c->capacity + 63) / 64;
+    unsigned words = (cap + 63) / 64;
     int made = 0, stop = 0;
     uint8_t gone[MESH_BATCH] = { 0 };
     for (int src = n - 1; src > 0 && !stop; src--) {
-        if (used_n[src] == 0 || used_n[src] == UINT32_MAX || cand[src]->mesh_alias)
+        if (used_n[src] == 0 || used_n[src] == UINT32_MAX || cand[src]->mesh_alias ||
+            !source_ok(cap, used_n[src]))
             continue;
         for (int dst = 0; dst < n; dst++) {
             if (dst == src || gone[dst] || used_n[dst] == UINT32_MAX ||
-                used_n[dst] + used_n[src] > c->capacity ||
+                used_n[dst] + used_n[src] > cap ||
                 !disjoint(used_map[src], used_map[dst], words))
                 continue;
             int r = mesh_pair(c, cand[src], cand[dst], used_map[dst]);
@@ -410,8 +437,12 @@ size_t mesh_pass(uint64_t deadline, int *more)
             continue;
         int cmore = 0, r;
         do {
-            r = mesh_cache(c, deadline, &cmore);
+            r = mesh_cache(c, c->kind, c->capacity, deadline, &cmore);
         } while (r > 0 && cmore && !(deadline && os_now_ns() > deadline));
+        if (r >= 0 && c->page_capacity)     /* its page slabs, if any */
+            do {
+                r = mesh_cache(c, c->page_kind, c->page_capacity, deadline, &cmore);
+            } while (r > 0 && cmore && !(deadline && os_now_ns() > deadline));
         if (r < 0)
             break;                          /* the map cap: nothing more */
         if (cmore)
@@ -425,7 +456,13 @@ size_t mesh_pass(uint64_t deadline, int *more)
     stats.passes++;
     __atomic_fetch_add(&stats.time_ns, os_now_ns() - t0, __ATOMIC_RELAXED);
     sd_mutex_unlock(&mesh_lock);
-    return __atomic_load_n(&stats.bytes_released, __ATOMIC_RELAXED) - before;
+    size_t released = __atomic_load_n(&stats.bytes_released, __ATOMIC_RELAXED) - before;
+    /* Ask for an early next pass only after progress: a heap whose
+     * sparse slabs no longer mesh would otherwise be rescanned every few
+     * milliseconds (a quarter of a CPU on an idle Redis). */
+    if (!released)
+        *more = 0;
+    return released;
 }
 
 /* ---------------------------------------------------------------- */
@@ -456,7 +493,7 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s)
         struct slab *next = a->mesh_alias;
         a->mesh_alias = NULL;
         a->mesh_host = NULL;
-        a->state = SLAB_RELEASING;
+        slab_set_state(a, SLAB_RELEASING);
         sd_spin_unlock(&a->lock);
         if (arena_unalias(a->start, bytes))
             sd_fatal("mesh: cannot remap an alias of %s back (map limit?)", c->name);

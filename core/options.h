@@ -34,7 +34,8 @@ struct sd_options {
     uint32_t mesh;                 /* mesh sparse malloc slabs (memfd arena) */
     uint32_t mesh_max_maps;        /* mappings meshing may create; 0 = half
                                       of vm.max_map_count */
-    uint32_t mesh_page_slabs;      /* meshing: 4 KiB slabs for small classes */
+    uint32_t mesh_page_slabs;      /* meshing: a 32..512 B class holding this
+                                      many slabs gets 4 KiB ones (0: never) */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
 

@@ -110,7 +110,7 @@ static int row_fill(struct row *r, struct sd_cache *c)
 {
     r->c = c;
     cache_usage(c, &r->u);
-    r->space = r->u.slabs * slab_bytes(c);
+    r->space = r->u.bytes;
     r->used = r->u.objects_inuse * c->object_size;
     /* Idle malloc classes are left out; typed caches always shown. */
     return r->u.slabs || !c->is_malloc ||

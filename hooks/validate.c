@@ -129,7 +129,9 @@ static void check_slab(struct slab *s, void *arg)
                 "cache", (void *)c, s->bin);
         goto out;
     }
-    if (s->size != c->size || s->capacity != c->capacity || s->fpo != c->fp_off ||
+    uint32_t want = s->kind == c->kind ? c->capacity
+                    : s->kind == c->page_kind ? c->page_capacity : 0;
+    if (s->size != c->size || s->capacity != want || s->fpo != c->fp_off ||
         s->capacity == 0 || s->capacity > SLAB_MAX_OBJECTS) {
         corrupt(v, name, s->start, "geometry %u objects of %u bytes (free pointer "
                 "at %u), the cache has %u of %u (at %u)", s->capacity, s->size,

@@ -13,8 +13,9 @@
  *             same objects: each sees its own
  *   maplimit  SLABDEFRAG_MESH_MAX_MAPS=4: at most two aliases, and the
  *             statistics say the cap stopped meshing
- *   small     random sparse 48-byte objects mesh (16 KiB slabs, and 4 KiB
- *             ones with SLABDEFRAG_MESH_PAGE_SLABS=1), contents intact
+ *   small     random sparse 48-byte objects mesh, contents intact; the
+ *             class grows past SLABDEFRAG_MESH_PAGE_SLABS (default 16)
+ *             slabs, so it holds 16 KiB and 4 KiB slabs (0: 16 KiB only)
  *   handler   the program's own SIGSEGV handler (installed with
  *             sigaction) is chained: meshing still works and a real fault
  *             reaches the program's handler
@@ -383,6 +384,33 @@ static int t_handler(void)
 
 /* ---- small: random sparse 48-byte objects (page slabs or not) ---- */
 
+/* Average slab bytes of cache `name` from the statistics table (0 if
+ * the cache is not listed): page slabs show as less than 16 KiB. */
+static size_t avg_slab_bytes(const char *name)
+{
+    int fd = memfd_create("stats", 0);
+    sd_stats_print(fd);
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *buf = calloc(1, (size_t)n + 1);
+    if (pread(fd, buf, (size_t)n, 0) != n) { /* empty */ }
+    close(fd);
+    size_t avg = 0;
+    for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        char nm[64], sp[32];
+        unsigned long objs, osz, slabs;
+        if (sscanf(l, "%63s %lu %lu %31s %lu/", nm, &objs, &osz, sp, &slabs) == 5 &&
+            !strcmp(nm, name) && slabs) {
+            double v = strtod(sp, NULL);
+            char u = sp[strlen(sp) - 1];
+            v *= u == 'K' ? 1024 : u == 'M' ? 1048576 : 1;
+            avg = (size_t)(v / (double)slabs);
+            break;
+        }
+    }
+    free(buf);
+    return avg;
+}
+
 static int t_small(void)
 {
     enum { N = 400000 };
@@ -407,8 +435,16 @@ static int t_small(void)
         for (unsigned k = 0; v[i] && k < 5; k++)
             CHECK(v[i][k] == (uintptr_t)v[i] * 31 + k, "object %p lost word %u",
                   (void *)v[i], k);
-    printf("small: %lu meshes, %lu aliases\n", f.meshes, f.aliases);
+    size_t avg = avg_slab_bytes("malloc-48");
+    const char *ps = getenv("SLABDEFRAG_MESH_PAGE_SLABS");
+    printf("small: %lu meshes, %lu aliases, malloc-48 slabs of %zu bytes on average\n",
+           f.meshes, f.aliases, avg);
     CHECK(f.meshes > 0, "no mesh among sparse 48-byte slabs");
+    /* 1170 slabs' worth: past the page-slab threshold unless it is 0. */
+    if (ps && !strcmp(ps, "0"))
+        CHECK(avg == SLAB, "page slabs off, yet malloc-48 averages %zu-byte slabs", avg);
+    else
+        CHECK(avg > 0 && avg < SLAB / 2, "malloc-48 averages %zu-byte slabs: no page slabs", avg);
     for (unsigned i = 0; i < N; i++)
         free(v[i]);
     sd_shrink_all();
