@@ -476,4 +476,5 @@ void mesh_get_stats(struct mesh_stats *st)
     *st = stats;
     st->enabled = mesh_enabled();
     st->fault_waits = arena_fault_waits();
+    st->syscall_retries = arena_syscall_retries();
 }
