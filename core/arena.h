@@ -22,6 +22,23 @@
  * aliases and tells the parent through a pipe; the parent then makes its
  * arena writable again.  Parent threads that write meanwhile wait in the
  * handler.  Cost: a fork copies the live heap (no copy-on-write sharing).
+ *
+ * System calls.  The kernel does not fault on a write-protected page: a
+ * read(2) into a heap buffer behind the barrier fails with EFAULT.  The
+ * preload layer wraps the common receiving calls (preload/syscalls.c:
+ * read, pread, readv, preadv, preadv2, recv, recvfrom, recvmsg and their
+ * _FORTIFY_SOURCE forms): arena_barrier_gen() before the call, and on
+ * EFAULT arena_barrier_wait() says whether a barrier explains it (then it
+ * has waited, and the call is retried) or the fault is the program's
+ * (returned as it is).  Not covered: glibc's internal calls, which do not
+ * go through the exported symbols (stdio refilling a FILE buffer - fread,
+ * fgets, getline - is the one that matters: its buffer is on the heap),
+ * and every other call that writes into user memory (stat, getsockopt,
+ * epoll_wait, recvmmsg, io_uring...).  Files, pipes and stream sockets
+ * keep the data when the copy faults, so the retry gets it; datagram
+ * sockets, eventfd, timerfd, signalfd, inotify and terminals have
+ * already dequeued it: the retry waits for the next one (the program
+ * would have lost it with the EFAULT anyway).
  */
 #ifndef SD_CORE_ARENA_H
 #define SD_CORE_ARENA_H
