@@ -50,9 +50,14 @@
  * between faults, waits in core/arena.c's SIGSEGV handler until the remap
  * is done, and retries against the new mapping: it lands in B's pages, at
  * the offset it was copied to.  Nothing is lost: the copy happened before
- * the write became possible again.  (The kernel does not fault: a read(2)
- * into an object of a slab being meshed fails with EFAULT during the few
- * microseconds of the copy - Mesh has the same limit.)
+ * the write became possible again.  The kernel does not fault: a read(2)
+ * into an object of a slab being meshed fails with EFAULT during the copy
+ * (Mesh has the same limit).  The preload layer retries the common
+ * receiving calls - read, pread, readv, preadv, recv, recvfrom, recvmsg -
+ * after waiting at the barrier (preload/syscalls.c, core/arena.h); still
+ * exposed are glibc's internal reads (stdio refilling a heap FILE buffer:
+ * fread, fgets, getline) and every other call that writes into user
+ * memory (stat, getsockopt, epoll_wait...).
  *
  * ---------------------------------------------------------------------
  * Proof that no in-object metadata of one alias overwrites a live object
@@ -513,4 +518,5 @@ void mesh_get_stats(struct mesh_stats *st)
     *st = stats;
     st->enabled = mesh_enabled();
     st->fault_waits = arena_fault_waits();
+    st->syscall_retries = arena_syscall_retries();
 }

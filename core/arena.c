@@ -22,9 +22,14 @@ uintptr_t arena_base;
 static int arena_fd = -1;
 static size_t arena_next;               /* bytes handed out (atomic) */
 
-/* The barrier.  prot_gen is odd while [prot_lo, prot_hi) is read-only. */
+/* The barrier.  prot_gen is odd while [prot_lo, prot_hi) is read-only.
+ * barrier_gen counts every barrier going up or down (a mesh's protect, a
+ * fork): it is bumped before a barrier is raised and before it is marked
+ * lifted, so whoever sees a barrier lifted also sees the bump. */
 static uintptr_t prot_lo, prot_hi;
 static unsigned prot_gen;
+static unsigned barrier_gen;
+static unsigned long barrier_retries;   /* system calls told to retry */
 static int fork_active;                 /* the whole arena is read-only */
 static int fork_protected;              /* ... and we made it so */
 static pid_t fork_pid;                  /* the parent's pid during a fork */
@@ -38,6 +43,7 @@ static sd_spin chained_lock;
 
 static __thread uintptr_t retry_addr;
 static __thread unsigned retry_count;
+static __thread int barrier_mine;       /* this thread raised the barrier */
 
 static size_t arena_used(void)
 {
@@ -78,25 +84,38 @@ static void chain(int sig, siginfo_t *si, void *uc)
 
 static void fork_child_copy(void);
 
+/* The two waits, shared by the handler and arena_barrier_wait().  They
+ * yield the CPU: a mesh's pause is microseconds, a fork's the time the
+ * child takes to copy the heap. */
+static void wait_fork(void)
+{
+    if (getpid() != fork_pid)
+        fork_child_copy();              /* the child wrote before its handler ran */
+    else
+        while (__atomic_load_n(&fork_active, __ATOMIC_ACQUIRE))
+            sched_yield();
+}
+
+static void wait_protect(unsigned g)
+{
+    while (__atomic_load_n(&prot_gen, __ATOMIC_ACQUIRE) == g)
+        sched_yield();
+}
+
 static void segv(int sig, siginfo_t *si, void *uc)
 {
     int saved = errno;
     uintptr_t a = (uintptr_t)si->si_addr;
     if (si->si_code > 0 && arena_base && a - arena_base < arena_used()) {
         if (__atomic_load_n(&fork_active, __ATOMIC_ACQUIRE)) {
-            if (getpid() != fork_pid)
-                fork_child_copy();      /* the child wrote before its handler ran */
-            else
-                while (__atomic_load_n(&fork_active, __ATOMIC_ACQUIRE))
-                    sched_yield();
+            wait_fork();
             __atomic_fetch_add(&fault_waits, 1, __ATOMIC_RELAXED);
             errno = saved;
             return;
         }
         unsigned g = __atomic_load_n(&prot_gen, __ATOMIC_ACQUIRE);
         if ((g & 1) && a >= prot_lo && a < prot_hi) {
-            while (__atomic_load_n(&prot_gen, __ATOMIC_ACQUIRE) == g)
-                sched_yield();
+            wait_protect(g);
             __atomic_fetch_add(&fault_waits, 1, __ATOMIC_RELAXED);
             errno = saved;
             return;
@@ -158,6 +177,76 @@ int arena_sigmask(int how, const sigset_t *set, sigset_t *old)
 unsigned long arena_fault_waits(void)
 {
     return __atomic_load_n(&fault_waits, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------- */
+/* System calls at the barrier                                       */
+
+unsigned arena_barrier_gen(void)
+{
+    return __atomic_load_n(&barrier_gen, __ATOMIC_ACQUIRE);
+}
+
+/* Does [a, a+len) meet [lo, hi)?  (len > 0; a wild a+len saturates.) */
+static int overlaps(uintptr_t a, size_t len, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t end = len > UINTPTR_MAX - a ? UINTPTR_MAX : a + len;
+    return a < hi && end > lo;
+}
+
+/* arena_barrier_wait(), for [a, a+len) or (known 0) any buffer. */
+static int barrier_wait(uintptr_t a, size_t len, int known, unsigned gen)
+{
+    if (!arena_base || barrier_mine ||
+        (known && (!len || !overlaps(a, len, arena_base, arena_base + arena_used()))))
+        return 0;                       /* (a signal handler on the mesher: EFAULT) */
+    int saved = errno, retry = 1;
+    /* The flags before the generation: a barrier seen lifted has its
+     * bump visible (barrier_gen is bumped before the flag is cleared). */
+    if (__atomic_load_n(&fork_active, __ATOMIC_ACQUIRE)) {
+        wait_fork();                    /* the whole arena: ours for sure */
+    } else {
+        unsigned pg = __atomic_load_n(&prot_gen, __ATOMIC_ACQUIRE);
+        uintptr_t lo = prot_lo, hi = prot_hi;
+        unsigned now = __atomic_load_n(&barrier_gen, __ATOMIC_ACQUIRE);
+        if (pg & 1) {
+            /* One range, up since before the call and no other barrier
+             * meanwhile: if it misses the buffer, the fault is not ours. */
+            if (known && now == gen && __atomic_load_n(&prot_gen, __ATOMIC_ACQUIRE) == pg &&
+                !overlaps(a, len, lo, hi))
+                retry = 0;
+            else
+                wait_protect(pg);
+        } else {
+            retry = now != gen;         /* a barrier came and went */
+        }
+    }
+    if (retry)
+        __atomic_fetch_add(&barrier_retries, 1, __ATOMIC_RELAXED);
+    errno = saved;
+    return retry;
+}
+
+int arena_barrier_wait(const void *buf, size_t len, unsigned gen)
+{
+    return barrier_wait((uintptr_t)buf, len, 1, gen);
+}
+
+int arena_barrier_wait_any(unsigned gen)
+{
+    return barrier_wait(0, 0, 0, gen);
+}
+
+int arena_mapped(const void *p, size_t len)
+{
+    uintptr_t a = (uintptr_t)p;
+    return arena_base && a >= arena_base && len <= arena_used() &&
+           a - arena_base <= arena_used() - len;
+}
+
+unsigned long arena_syscall_retries(void)
+{
+    return __atomic_load_n(&barrier_retries, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- */
@@ -231,16 +320,20 @@ int arena_protect_begin(void *p, size_t size)
 {
     prot_lo = (uintptr_t)p;
     prot_hi = (uintptr_t)p + size;
+    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
+    barrier_mine = 1;
     __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);        /* odd */
     int err = os_protect(p, size, 0);
     if (err)
-        __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);
+        arena_protect_end();
     return err;
 }
 
 void arena_protect_end(void)
 {
+    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
     __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);        /* even */
+    barrier_mine = 0;
 }
 
 /* ---------------------------------------------------------------- */
@@ -254,6 +347,8 @@ void arena_fork_prepare(void)
         fork_pipe[0] = fork_pipe[1] = -1;
     fork_pid = getpid();
     child_done = 0;
+    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
+    barrier_mine = 1;
     __atomic_store_n(&fork_active, 1, __ATOMIC_RELEASE);
     /* Without our handler a writer would crash: then copy unprotected
      * (the child may see writes the parent's other threads make while it
@@ -276,7 +371,9 @@ void arena_fork_parent(void)
     fork_pipe[0] = fork_pipe[1] = -1;
     if (fork_protected)
         os_protect((void *)arena_base, arena_used(), 1);
+    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&fork_active, 0, __ATOMIC_RELEASE);
+    barrier_mine = 0;
 }
 
 static void realias_one(struct slab *s, void *arg)
@@ -310,6 +407,7 @@ static void fork_child_copy(void)
     }
     fork_pipe[0] = fork_pipe[1] = -1;
     __atomic_store_n(&fork_active, 0, __ATOMIC_RELEASE);
+    barrier_mine = 0;
 }
 
 void arena_fork_child(void)

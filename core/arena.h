@@ -22,6 +22,23 @@
  * aliases and tells the parent through a pipe; the parent then makes its
  * arena writable again.  Parent threads that write meanwhile wait in the
  * handler.  Cost: a fork copies the live heap (no copy-on-write sharing).
+ *
+ * System calls.  The kernel does not fault on a write-protected page: a
+ * read(2) into a heap buffer behind the barrier fails with EFAULT.  The
+ * preload layer wraps the common receiving calls (preload/syscalls.c:
+ * read, pread, readv, preadv, preadv2, recv, recvfrom, recvmsg and their
+ * _FORTIFY_SOURCE forms): arena_barrier_gen() before the call, and on
+ * EFAULT arena_barrier_wait() says whether a barrier explains it (then it
+ * has waited, and the call is retried) or the fault is the program's
+ * (returned as it is).  Not covered: glibc's internal calls, which do not
+ * go through the exported symbols (stdio refilling a FILE buffer - fread,
+ * fgets, getline - is the one that matters: its buffer is on the heap),
+ * and every other call that writes into user memory (stat, getsockopt,
+ * epoll_wait, recvmmsg, io_uring...).  Files, pipes and stream sockets
+ * keep the data when the copy faults, so the retry gets it; datagram
+ * sockets, eventfd, timerfd, signalfd, inotify and terminals have
+ * already dequeued it: the retry waits for the next one (the program
+ * would have lost it with the EFAULT anyway).
  */
 #ifndef SD_CORE_ARENA_H
 #define SD_CORE_ARENA_H
@@ -74,6 +91,28 @@ int arena_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 int arena_sigmask(int how, const sigset_t *set, sigset_t *old);
 /* Writers that waited in the handler (faults absorbed). */
 unsigned long arena_fault_waits(void);
+
+/* A system call that writes into user memory, under the barrier (the
+ * preload layer; any thread, also a signal handler; no allocation).
+ * gen = arena_barrier_gen() before the call; if the call fails with EFAULT,
+ * arena_barrier_wait(buf, len, gen) returns 1 when [buf, buf+len) meets the
+ * arena and a barrier that may have covered it was up at some moment since
+ * gen was read - it has waited until none is: retry the call (reading the
+ * generation again) - and 0 otherwise: a genuine EFAULT, to be returned as
+ * it is.  Never waits with meshing off, nor in the thread that raised the
+ * barrier (a signal handler interrupting the mesher or the forking thread:
+ * it would wait for itself).  errno is preserved.
+ * arena_barrier_wait_any() is the same when the buffers are not known (an
+ * iovec array the caller must not read: it may be the bad pointer): any
+ * barrier since gen counts. */
+unsigned arena_barrier_gen(void);
+int arena_barrier_wait(const void *buf, size_t len, unsigned gen);
+int arena_barrier_wait_any(unsigned gen);
+/* Is [p, p+len) inside the arena's mapped part (so user space may read it,
+ * and a write there waits at the barrier instead of failing)? */
+int arena_mapped(const void *p, size_t len);
+/* System calls arena_barrier_wait() told to retry. */
+unsigned long arena_syscall_retries(void);
 
 /* Fork, called by classes/fork.c with every allocator lock held. */
 void arena_fork_prepare(void);

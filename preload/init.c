@@ -22,6 +22,7 @@
 #include "shrinker.h"
 #include "slabdefrag.h"
 #include "stats.h"
+#include "syscalls.h"
 #include "tcache.h"
 
 static void fork_child(void)
@@ -33,6 +34,7 @@ static void fork_child(void)
 __attribute__((constructor(101))) static void slabdefrag_init(void)
 {
     cache_init();
+    syscalls_init();
     pthread_atfork(NULL, NULL, fork_child);
     if (sd_opt.background || sd_opt.rss_limit_mb || sd_opt.control || sd_opt.mesh)
         shrinker_start();
