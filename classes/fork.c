@@ -10,7 +10,9 @@
  * (classes/cache.c): the cache registry, the thread registry, the segment
  * and large-block leaves, every slab lock, every cache list lock.  The
  * parent releases them.  The child resets them (it runs as a new tid) and
- * gives back the slabs of the threads that did not survive the fork.
+ * adopts the slabs of the threads that did not survive the fork (found by
+ * owner in the segments: their per-thread lists may be half updated; see
+ * tcache_after_fork_child).
  * With meshing the arena is a shared mapping: prepare write-protects it
  * last, the child copies it into a fresh memfd first, and the parent
  * waits for that copy before it writes again (core/arena.h).

@@ -17,6 +17,7 @@
 
 #include "alloc.h"
 #include "os.h"
+#include "segment.h"
 
 __thread struct tcache sd_tc __attribute__((tls_model("initial-exec"))) = {
     .token = 1,
@@ -252,29 +253,53 @@ void tcache_unlock_registry(int child)
         sd_mutex_unlock(&registry_lock);
 }
 
-/* In the child only the forking thread exists.  The other threads' caches
- * are still mapped (their stacks were copied): give their active slabs and
- * private lists back so that nothing they held is lost.  Called with every
- * allocator lock already released. */
+/* In the child only the forking thread exists.  The others stopped at
+ * whatever instruction they were on, possibly in the middle of moving a
+ * slab between their active slot and their ring, or of popping their
+ * private list: their tbins cannot be trusted, and walking them (as this
+ * once did) could put one slab on two lists.  So their slabs are found
+ * from the segments instead, by owner: each is un-owned and settled by
+ * its count as any slab (FULL, PARTIAL with its shared freelist, EMPTY).
+ * Objects that were on a dead thread's private or local lists stay counted
+ * as in use: leaked in the child, a few slabs' worth per thread at most,
+ * as jemalloc and glibc leak other threads' caches after fork.  Called
+ * with every allocator lock already released. */
+struct adopt {
+    uintptr_t keep;             /* the surviving thread's token */
+    struct sd_list release;     /* slabs that turned out empty */
+};
+
+static void adopt_dead_slab(struct slab *s, void *arg)
+{
+    struct adopt *a = arg;
+    unsigned st = s->state;
+    if ((st != SLAB_ACTIVE && st != SLAB_OWNED) || s->owner == a->keep)
+        return;
+    sd_spin_lock(&s->lock);
+    s->local_free = NULL;
+    s->nlocal = 0;
+    int release = cache_slab_settle_locked(s->cache, s, 0);
+    sd_spin_unlock(&s->lock);
+    if (release)                    /* not now: the walk holds segment locks */
+        list_add_tail(&a->release, &s->link);
+}
+
 void tcache_after_fork_child(void)
 {
     struct tcache *t = &sd_tc;
     t->tid = os_gettid();
-    struct sd_list others;
-    list_init(&others);
     sd_mutex_lock(&registry_lock);
-    while (!list_empty(&registry)) {
-        struct tcache *o = list_entry(registry.next, struct tcache, link);
-        list_del(&o->link);
-        if (o != t)
-            list_add_tail(&others, &o->link);
-    }
+    while (!list_empty(&registry))
+        list_del(registry.next);
     if (t->state == TC_LIVE)
         list_add_tail(&registry, &t->link);
     sd_mutex_unlock(&registry_lock);
-    while (!list_empty(&others)) {
-        struct tcache *o = list_entry(others.next, struct tcache, link);
-        list_del(&o->link);
-        tcache_flush(o);
+    struct adopt a = { t->state == TC_LIVE ? t->token : 0, { NULL, NULL } };
+    list_init(&a.release);
+    segment_for_each_slab(adopt_dead_slab, &a, 0);
+    while (!list_empty(&a.release)) {
+        struct slab *s = list_entry(a.release.next, struct slab, link);
+        list_del(&s->link);
+        cache_slab_release(s->cache, s);
     }
 }
