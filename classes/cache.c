@@ -229,7 +229,14 @@ struct slab *cache_slab_new(struct sd_cache *c)
     struct slab *s = segment_slab_alloc(kind);
     if (!s)
         return NULL;
-    slab_format(s, c->size, cap, c->fp_off, c->ctor);
+    uint64_t seed = 0;
+    if (c->shuffle) {                       /* a seed per slab, never 0 */
+        static uint64_t slabs_made;
+        seed = ((uintptr_t)s->start ^ os_now_ns()) +
+               __atomic_add_fetch(&slabs_made, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ULL;
+        seed |= 1;
+    }
+    slab_format(s, c->size, cap, c->fp_off, c->ctor, seed);
     s->cache = c;
     s->bin = c->id;
     __atomic_fetch_add(&c->nr_slabs, 1, __ATOMIC_RELAXED);

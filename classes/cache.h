@@ -31,6 +31,8 @@ struct sd_cache {
     uint8_t   page_kind;        /* meshing: SEG_KIND_4K once the class is
                                    big (classes/mesh.c), else 0 */
     uint32_t  page_capacity;    /* objects per page slab, or 0 */
+    uint8_t   shuffle;          /* meshing: new slabs' freelists in random
+                                   order (classes/mesh.c) */
     unsigned long flags;        /* SD_* creation flags */
     void    (*ctor)(void *obj);
     struct sd_cache_ops ops;

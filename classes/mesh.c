@@ -166,10 +166,24 @@ void mesh_init(void)
 #define MESH_SMALL_MIN 32
 #define MESH_SMALL_MAX 512
 
+/* Placement.  A fresh slab hands its objects out in address order, so a
+ * program that frees by a pattern of its allocation order (every other
+ * node, all but every fourth record) leaves the same slots live in every
+ * slab, and no two slabs can ever mesh.  With SLABDEFRAG_MESH_SHUFFLE=1
+ * (the default with meshing) each new slab's freelist is a random
+ * permutation (Fisher-Yates when the slab is carved, core/slab.c), as
+ * SLUB's CONFIG_SLAB_FREELIST_RANDOM and Mesh's shuffle vectors do.  Unlike
+ * Mesh, frees are not shuffled: an object freed and allocated again
+ * reuses its slot (LIFO), which keeps the fast path a plain list pop and
+ * push; the pattern the shuffle breaks is the one a fresh heap is carved
+ * in.  Its cost is in the throughput figures of the README (shuffle on
+ * against SLABDEFRAG_MESH_SHUFFLE=0). */
 void mesh_geometry(struct sd_cache *c)
 {
-    if (!mesh_enabled() || !sd_opt.mesh_page_slabs || c->size > MESH_SMALL_MAX ||
-        c->size < MESH_SMALL_MIN || c->debug)
+    if (!mesh_enabled() || c->debug)
+        return;
+    c->shuffle = (uint8_t)sd_opt.mesh_shuffle;
+    if (!sd_opt.mesh_page_slabs || c->size > MESH_SMALL_MAX || c->size < MESH_SMALL_MIN)
         return;
     uint32_t cap = (uint32_t)(seg_kind_bytes(SEG_KIND_4K) / c->size);
     if (cap < 8 || (seg_kind_bytes(SEG_KIND_4K) - (size_t)cap * c->size) * 8 >

@@ -24,6 +24,7 @@ struct sd_options sd_opt = {
     .pass_budget_ms = 5,
     .psi = 1,
     .mesh_page_slabs = 16,
+    .mesh_shuffle = 1,
 };
 
 enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG };
@@ -50,6 +51,7 @@ static const struct option {
     { "MESH",              OPT_BOOL,  &sd_opt.mesh,               0, 1 },
     { "MESH_MAX_MAPS",     OPT_UINT,  &sd_opt.mesh_max_maps,      0, 1u << 30 },
     { "MESH_PAGE_SLABS",   OPT_UINT,  &sd_opt.mesh_page_slabs,    0, 1u << 20 },
+    { "MESH_SHUFFLE",      OPT_BOOL,  &sd_opt.mesh_shuffle,       0, 1 },
 };
 
 static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *out)

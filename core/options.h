@@ -36,6 +36,8 @@ struct sd_options {
                                       of vm.max_map_count */
     uint32_t mesh_page_slabs;      /* meshing: a 32..512 B class holding this
                                       many slabs gets 4 KiB ones (0: never) */
+    uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects in
+                                      random order */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
 

@@ -5,8 +5,17 @@
 
 #include <string.h>
 
+/* splitmix64: the seed's stream of random words. */
+static uint64_t next_rand(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
-                 uint16_t fpo, void (*ctor)(void *))
+                 uint16_t fpo, void (*ctor)(void *), uint64_t shuffle)
 {
     s->fpo = fpo;
     s->size = size;
@@ -24,6 +33,27 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     s->span = size * capacity;
     s->inuse = 0;
     void **prev = &s->freelist;
+    if (shuffle) {
+        /* Fisher-Yates over the indices; once per slab, never per object. */
+        uint16_t order[SLAB_MAX_OBJECTS];
+        for (uint32_t i = 0; i < capacity; i++)
+            order[i] = (uint16_t)i;
+        for (uint32_t i = capacity; i > 1; i--) {
+            uint32_t j = (uint32_t)(((next_rand(&shuffle) >> 32) * i) >> 32);
+            uint16_t t = order[i - 1];
+            order[i - 1] = order[j];
+            order[j] = t;
+        }
+        for (uint32_t i = 0; i < capacity; i++) {
+            void *obj = slab_object(s, order[i]);
+            if (ctor)
+                ctor(obj);
+            *prev = obj;
+            prev = slab_fp(s, obj);
+        }
+        *prev = NULL;
+        return;
+    }
     for (uint32_t i = 0; i < capacity; i++) {
         void *obj = slab_object(s, i);
         if (ctor)

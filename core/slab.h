@@ -11,10 +11,11 @@
 #define SLAB_MAX_OBJECTS 4096
 
 /* Carve s (start, kind set) into capacity objects of `size` bytes, all on
- * the freelist in address order, free pointers at byte fpo of each; run
- * ctor on each if given. */
+ * the freelist, free pointers at byte fpo of each; run ctor on each if
+ * given.  The freelist is in address order, or, if shuffle is not 0, in a
+ * random order drawn from that seed (meshing, classes/mesh.c). */
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
-                 uint16_t fpo, void (*ctor)(void *));
+                 uint16_t fpo, void (*ctor)(void *), uint64_t shuffle);
 /* Mark the free objects in bitmap `map` (capacity bits, cleared first).
  * Returns the number of free objects; -1 if the freelist is corrupt (a
  * pointer outside the slab, misaligned, or a cycle). */

@@ -16,6 +16,8 @@
  *   small     random sparse 48-byte objects mesh, contents intact; the
  *             class grows past SLABDEFRAG_MESH_PAGE_SLABS (default 16)
  *             slabs, so it holds 16 KiB and 4 KiB slabs (0: 16 KiB only)
+ *   pattern   every fourth object kept in allocation order: shuffled
+ *             slabs mesh, unshuffled ones (SLABDEFRAG_MESH_SHUFFLE=0) cannot
  *   handler   the program's own SIGSEGV handler (installed with
  *             sigaction) is chained: meshing still works and a real fault
  *             reaches the program's handler
@@ -634,6 +636,47 @@ static int t_syscall(void)
     return 0;
 }
 
+/* Keep every fourth 256-byte object in allocation order, free the rest.
+ * In address order every slab would keep the same slots (0, 4, 8...) and
+ * none could mesh; the shuffled freelists scatter them.  So: meshes with
+ * SLABDEFRAG_MESH_SHUFFLE=1 (the default), none with 0 - either way the
+ * contents stay. */
+static int t_pattern(void)
+{
+    enum { N = 200000 };
+    static uint64_t *v[N];
+    for (unsigned i = 0; i < N; i++) {
+        v[i] = malloc(250);
+        CHECK(v[i], "malloc");
+    }
+    for (unsigned i = 0; i < N; i++) {
+        if (i % 4) {
+            free(v[i]);
+            v[i] = NULL;
+        } else {
+            for (unsigned k = 0; k < 31; k++)
+                v[i][k] = (uintptr_t)v[i] * 131 + k;
+        }
+    }
+    sd_shrink_all();
+    struct mesh_fig f = mesh_fig();
+    for (unsigned i = 0; i < N; i += 4)
+        for (unsigned k = 0; k < 31; k++)
+            CHECK(v[i][k] == (uintptr_t)v[i] * 131 + k, "object %p lost word %u",
+                  (void *)v[i], k);
+    const char *sh = getenv("SLABDEFRAG_MESH_SHUFFLE");
+    int on = !sh || strcmp(sh, "0");
+    printf("pattern: shuffle %s, %lu meshes\n", on ? "on" : "off", f.meshes);
+    if (on)
+        CHECK(f.meshes > 100, "only %lu meshes with shuffled slabs", f.meshes);
+    else
+        CHECK(f.meshes == 0, "%lu meshes among slabs that all keep the same slots",
+              f.meshes);
+    for (unsigned i = 0; i < N; i += 4)
+        free(v[i]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *t = argc > 1 ? argv[1] : "";
@@ -644,7 +687,8 @@ int main(int argc, char **argv)
     if (!strcmp(t, "maplimit")) return t_maplimit();
     if (!strcmp(t, "handler")) return t_handler();
     if (!strcmp(t, "small")) return t_small();
+    if (!strcmp(t, "pattern")) return t_pattern();
     if (!strcmp(t, "syscall")) return t_syscall();
-    fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler|small|syscall\n");
+    fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler|small|pattern|syscall\n");
     return 2;
 }
