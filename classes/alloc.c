@@ -117,7 +117,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         sd_spin_unlock(&s->lock);
         b->slab = NULL;
         list_add_head(&b->owned, &s->link);
-        if (++b->nowned > (s->kind == SEG_KIND_4K ? TBIN_OWNED_MAX_4K : TBIN_OWNED_MAX))
+        if (++b->nowned > tbin_owned_max(s->kind))
             tcache_owned_release(b, list_entry(b->owned.prev, struct slab, link));
     }
     /* No own frees anywhere: a ring slab with frees from other threads

@@ -28,9 +28,9 @@ struct sd_cache {
     uint32_t  capacity;         /* objects per slab */
     uint16_t  fp_off;           /* free pointer's offset in a free object */
     uint8_t   kind;             /* segment kind: slab bytes */
-    uint8_t   page_kind;        /* meshing: SEG_KIND_4K once the class is
-                                   big (classes/mesh.c), else 0 */
-    uint32_t  page_capacity;    /* objects per page slab, or 0 */
+    uint8_t   page_kind;        /* meshing: SEG_KIND_4K or _8K once the
+                                   class is big (classes/mesh.c) */
+    uint32_t  page_capacity;    /* objects per small slab, or 0 */
     uint8_t   shuffle;          /* meshing: new slabs' freelists in random
                                    order (classes/mesh.c) */
     unsigned long flags;        /* SD_* creation flags */

@@ -149,22 +149,26 @@ void mesh_init(void)
  * (1 - p^2)^n.  At p = 15% (Redis after deleting 85% of its keys), a
  * 16 KiB slab of 32-byte objects (n = 512) essentially never meshes
  * (1e-5), a 4 KiB one (n = 128) in 5.5% of pairs, enough with 127
- * partners per batch.  So classes of MESH_SMALL_MIN..MESH_SMALL_MAX bytes
- * get page (4 KiB) slabs, at least 8 objects and at most 1/8 left over as
- * sizeclass_geometry asks; 16-byte objects (n = 256) rarely mesh even
- * then, and larger classes have n <= 28 already.
+ * partners per batch.  And once slabs have meshed to half full, two of
+ * them are rarely disjoint unless n is small: 16 KiB slabs of 576..2048
+ * bytes (n = 28..8) stopped at 50-75% occupancy on Redis.  So a malloc
+ * class gets small slabs: 4 KiB for MESH_SMALL_MIN..MESH_PAGE_MAX bytes
+ * (at least 8 objects), 8 KiB up to MESH_SMALL_MAX (at least 4), both with
+ * at most 1/8 left over as sizeclass_geometry asks (1408 and 1664 bytes
+ * fail that and keep 16 KiB).  16-byte objects (n = 256 even in a page)
+ * rarely mesh at all.
  *
  * But only once the class is big: a class's first SLABDEFRAG_MESH_PAGE_
  * SLABS slabs (default 16, i.e. 256 KiB of 16 KiB slabs) are ordinary, the
- * ones after are page slabs (cache_slab_new).  Small slabs cost speed -
- * more slabs per thread ring, more descriptors touched, a refill per 128
- * objects instead of 512 - and bench/throughput, whose heap is a few slabs
- * per class, ran at 0.8-0.9x with page slabs everywhere; meshing only pays
- * where a class holds many slabs, and there nearly all of them are page
- * slabs.  A cache may thus hold both sizes; slabs mesh only with slabs of
- * their own size. */
+ * ones after are small (cache_slab_new).  Small slabs cost speed - more
+ * slabs per thread ring, more descriptors touched, more refills - and
+ * bench/throughput, whose heap is a few slabs per class, ran at 0.8-0.9x
+ * with page slabs everywhere; meshing only pays where a class holds many
+ * slabs, and there nearly all of them are small.  A cache may thus hold
+ * two slab sizes; slabs mesh only with slabs of their own size. */
 #define MESH_SMALL_MIN 32
-#define MESH_SMALL_MAX 512
+#define MESH_PAGE_MAX  512
+#define MESH_SMALL_MAX 2048
 
 /* Placement.  A fresh slab hands its objects out in address order, so a
  * program that frees by a pattern of its allocation order (every other
@@ -185,12 +189,13 @@ void mesh_geometry(struct sd_cache *c)
     c->shuffle = (uint8_t)sd_opt.mesh_shuffle;
     if (!sd_opt.mesh_page_slabs || c->size > MESH_SMALL_MAX || c->size < MESH_SMALL_MIN)
         return;
-    uint32_t cap = (uint32_t)(seg_kind_bytes(SEG_KIND_4K) / c->size);
-    if (cap < 8 || (seg_kind_bytes(SEG_KIND_4K) - (size_t)cap * c->size) * 8 >
-                       seg_kind_bytes(SEG_KIND_4K))
+    unsigned kind = c->size <= MESH_PAGE_MAX ? SEG_KIND_4K : SEG_KIND_8K;
+    size_t bytes = seg_kind_bytes(kind);
+    uint32_t cap = (uint32_t)(bytes / c->size);
+    if (cap < (kind == SEG_KIND_4K ? 8u : 4u) || (bytes - (size_t)cap * c->size) * 8 > bytes)
         return;
     c->page_capacity = cap;
-    c->page_kind = SEG_KIND_4K;
+    c->page_kind = (uint8_t)kind;
 }
 
 int mesh_enabled(void)

@@ -10,6 +10,7 @@
 #define SD_CLASSES_TCACHE_H
 
 #include "cache.h"
+#include "segment.h"
 
 struct tbin {
     void        *free;          /* private freelist (owner only) */
@@ -22,10 +23,14 @@ struct tbin {
 };
 
 /* Slabs a thread keeps on each ring; past it the oldest goes back.  Four
- * 16 KiB slabs' worth: the page-sized slabs of meshing (SEG_KIND_4K)
- * keep sixteen, so that as many of the thread's frees stay lock-free. */
+ * 16 KiB slabs' worth: the small slabs of meshing (SEG_KIND_4K, _8K) keep
+ * as many bytes' worth, so that as many of the thread's frees stay
+ * lock-free. */
 #define TBIN_OWNED_MAX 4
-#define TBIN_OWNED_MAX_4K 16
+static inline uint32_t tbin_owned_max(unsigned kind)
+{
+    return kind == SEG_KIND_4K ? 16 : kind == SEG_KIND_8K ? 8 : TBIN_OWNED_MAX;
+}
 
 enum tc_state { TC_NEW = 0, TC_INIT, TC_LIVE, TC_DEAD };
 

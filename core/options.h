@@ -34,8 +34,8 @@ struct sd_options {
     uint32_t mesh;                 /* mesh sparse malloc slabs (memfd arena) */
     uint32_t mesh_max_maps;        /* mappings meshing may create; 0 = half
                                       of vm.max_map_count */
-    uint32_t mesh_page_slabs;      /* meshing: a 32..512 B class holding this
-                                      many slabs gets 4 KiB ones (0: never) */
+    uint32_t mesh_page_slabs;      /* meshing: a 32..2048 B class holding this
+                                      many slabs gets 4/8 KiB ones (0: never) */
     uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects in
                                       random order */
     char     debug_caches[256];    /* comma list of cache names; "" = all */

@@ -30,6 +30,7 @@ static struct seg_kind kinds[SEG_NKINDS] = {
     { SD_MUTEX_INIT, { &kinds[1].segs, &kinds[1].segs }, 0, 0 },
     { SD_MUTEX_INIT, { &kinds[2].segs, &kinds[2].segs }, 0, 0 },
     { SD_MUTEX_INIT, { &kinds[3].segs, &kinds[3].segs }, 0, 0 },
+    { SD_MUTEX_INIT, { &kinds[4].segs, &kinds[4].segs }, 0, 0 },
 };
 
 static struct segment *segment_new(unsigned kind)

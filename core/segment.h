@@ -13,14 +13,14 @@
 #include "types.h"
 
 /* The first three kinds serve every cache (sizeclass_geometry picks among
- * them); SEG_KIND_4K serves only the small malloc classes while meshing is
- * on: page-sized slabs are what two sparse slabs of small objects can
- * mesh at (classes/mesh.c, mesh_geometry). */
-enum { SEG_KIND_16K, SEG_KIND_64K, SEG_KIND_256K, SEG_KIND_4K, SEG_NKINDS };
+ * them); SEG_KIND_4K and SEG_KIND_8K serve only malloc classes while
+ * meshing is on: small slabs are what two sparse slabs can mesh at
+ * (classes/mesh.c, mesh_geometry). */
+enum { SEG_KIND_16K, SEG_KIND_64K, SEG_KIND_256K, SEG_KIND_4K, SEG_KIND_8K, SEG_NKINDS };
 
 static inline unsigned seg_kind_shift(unsigned kind)
 {
-    return kind == SEG_KIND_4K ? 12 : 14 + 2 * kind;
+    return kind == SEG_KIND_4K ? 12 : kind == SEG_KIND_8K ? 13 : 14 + 2 * kind;
 }
 static inline size_t seg_kind_bytes(unsigned kind) { return 1UL << seg_kind_shift(kind); }
 

@@ -107,9 +107,12 @@ static int filled(const char *p, unsigned seed)
     return 1;
 }
 
-/* Allocate NSLABS slabs' worth, keep per slab 3 objects at slots that
- * depend on the slab's parity (even slabs 0..2, odd ones 8..10): an even
- * and an odd slab are disjoint.  Everything else is freed. */
+/* Allocate NSLABS slabs' worth and keep, in each 8 KiB of a 16 KiB-aligned
+ * block, 3 objects at slots that depend on the block's parity (even
+ * blocks 0..2, odd ones 4..6 of every 8 KiB): any slab of an even block is
+ * disjoint from any slab of an odd one, whether the slabs are 16 KiB or
+ * the 8 KiB ones a big class gets (SLABDEFRAG_MESH_PAGE_SLABS).
+ * Everything else is freed. */
 static void make_sparse(unsigned seed)
 {
     static char *all[NSLABS * PER];
@@ -120,8 +123,8 @@ static void make_sparse(unsigned seed)
     }
     for (unsigned i = 0; i < NSLABS * PER; i++) {
         uintptr_t a = (uintptr_t)all[i];
-        unsigned slot = (unsigned)((a & (SLAB - 1)) / 1024);
-        unsigned base = (a / SLAB) & 1 ? 8 : 0;
+        unsigned slot = (unsigned)((a & 8191) / 1024);
+        unsigned base = (a / SLAB) & 1 ? 4 : 0;
         if (slot >= base && slot < base + 3) {
             kept[nkept++] = all[i];
             fill(all[i], seed);
