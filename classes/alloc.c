@@ -163,16 +163,24 @@ static int fuller_than_quarter(const struct slab *s)
     return s->inuse * 4 > s->capacity;
 }
 
+#define DIRECT_SCAN 32      /* partial slabs a "fullest" allocation looks at */
+
 void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fullest)
 {
     cache_stat_add(c, SD_STAT_ALLOC_DIRECT, 1);
     for (;;) {
         struct slab *s = NULL;
+        unsigned seen = 0;
         sd_mutex_lock(&c->list_lock);
         for (struct sd_list *l = c->partial.next; l != &c->partial; l = l->next) {
             struct slab *x = list_entry(l, struct slab, link);
             if (x == avoid)
                 continue;
+            /* The fuller slabs are at the head (a shrink sorts the list,
+             * fill slabs go there): a bounded look, or a defrag pass over
+             * a heap of thousands of sparse slabs turns quadratic. */
+            if (fullest && ++seen > DIRECT_SCAN)
+                break;
             if (fullest && !fuller_than_quarter(x))
                 continue;
             if (sd_spin_trylock(&x->lock)) {
