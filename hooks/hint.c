@@ -9,7 +9,9 @@
  * comes from the fullest partial slab more than a quarter full; when there
  * is none (every partial slab is sparse), from the cache's fill slab, a
  * fresh slab that hints never point at until it is past a quarter.  Never
- * from a candidate, so moves converge instead of ping-ponging.
+ * from a candidate, so moves converge instead of ping-ponging.  With
+ * meshing, an object of an alias slab is judged by its host, whose counts
+ * cover every slab sharing those pages: emptying the group frees them.
  */
 #include <string.h>
 
@@ -20,19 +22,28 @@
 
 #define SD_EXPORT __attribute__((visibility("default")))
 
-static struct slab *sparse_slab_of(const void *ptr)
+/* The slab whose counts decide for ptr: its own, or for an object of a
+ * meshed alias (classes/mesh.c) the host's, which count the whole group
+ * of slabs sharing one set of pages.  *home is the slab ptr lies in. */
+static struct slab *sparse_slab_of(const void *ptr, struct slab **home)
 {
     if (!ptr)
         return NULL;
     struct slab *s = segment_slab_of(ptr);
     if (!s)
         return NULL;
+    *home = s;
     /* Racy reads: this is a hint, rechecked by the move itself. */
+    if (!slab_contains(s, ptr))
+        return NULL;
+    if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) == SLAB_MESHED) {
+        s = __atomic_load_n(&s->mesh_host, __ATOMIC_RELAXED);
+        if (!s)
+            return NULL;
+    }
     struct sd_cache *c = __atomic_load_n(&s->cache, __ATOMIC_RELAXED);
     if (!c || __atomic_load_n(&s->state, __ATOMIC_RELAXED) != SLAB_PARTIAL ||
         __atomic_load_n(&c->defrag_fill, __ATOMIC_RELAXED) == s)
-        return NULL;
-    if (!slab_contains(s, ptr))
         return NULL;
     uint32_t inuse = __atomic_load_n(&s->inuse, __ATOMIC_RELAXED);
     if (inuse * 4 > s->capacity)
@@ -44,12 +55,14 @@ static struct slab *sparse_slab_of(const void *ptr)
 
 SD_EXPORT int sd_defrag_hint(const void *ptr)
 {
-    return sparse_slab_of(ptr) != NULL;
+    struct slab *home;
+    return sparse_slab_of(ptr, &home) != NULL;
 }
 
 SD_EXPORT void *sd_defrag_realloc(void *ptr)
 {
-    struct slab *s = sparse_slab_of(ptr);
+    struct slab *home;
+    struct slab *s = sparse_slab_of(ptr, &home);
     if (!s)
         return ptr;
     struct sd_cache *c = s->cache;
@@ -60,6 +73,6 @@ SD_EXPORT void *sd_defrag_realloc(void *ptr)
         return ptr;
     memcpy(q, ptr, c->size);
     cache_stat_add(c, SD_STAT_DEFRAG_MOVES, 1);
-    cache_free_slow(s, ptr, "sd_defrag_realloc");
+    cache_free_slow(home, ptr, "sd_defrag_realloc");   /* an alias's: to its host */
     return q;
 }

@@ -18,6 +18,7 @@
  *             slabs, so it holds 16 KiB and 4 KiB slabs (0: 16 KiB only)
  *   pattern   every fourth object kept in allocation order: shuffled
  *             slabs mesh, unshuffled ones (SLABDEFRAG_MESH_SHUFFLE=0) cannot
+ *   hint      sd_defrag_realloc moves objects out of sparse meshed groups
  *   handler   the program's own SIGSEGV handler (installed with
  *             sigaction) is chained: meshing still works and a real fault
  *             reaches the program's handler
@@ -248,19 +249,26 @@ static void *writer(void *arg)
     return NULL;
 }
 
+/* Reset the kept records and start WRITERS threads writing them. */
+static void start_writers(pthread_t *t)
+{
+    for (unsigned i = 0; i < nkept; i++) {
+        ((struct wrec *)kept[i])->seq = 0;
+        ((struct wrec *)kept[i])->sum = sum_of(0, kept[i]);
+    }
+    stop_writers = 0;
+    for (unsigned i = 0; i < WRITERS; i++)
+        pthread_create(&t[i], NULL, writer, (void *)(uintptr_t)i);
+}
+
 static int t_writer(void)
 {
     unsigned rounds = 40;
     unsigned long meshes = 0;
     for (unsigned round = 0; round < rounds; round++) {
         make_sparse(5);
-        for (unsigned i = 0; i < nkept; i++)
-            ((struct wrec *)kept[i])->seq = 0,
-            ((struct wrec *)kept[i])->sum = sum_of(0, kept[i]);
         pthread_t t[WRITERS];
-        stop_writers = 0;
-        for (unsigned i = 0; i < WRITERS; i++)
-            pthread_create(&t[i], NULL, writer, (void *)(uintptr_t)i);
+        start_writers(t);
         usleep(2000);
         sd_shrink_all();
         usleep(2000);
@@ -317,13 +325,8 @@ static int t_fork(void)
     check_kept(8, "in the parent at the end");
     /* A second fork with threads writing meanwhile (they wait in the
      * barrier while the child copies). */
-    for (unsigned i = 0; i < nkept; i++)
-        ((struct wrec *)kept[i])->seq = 0,
-        ((struct wrec *)kept[i])->sum = sum_of(0, kept[i]);
     pthread_t t[WRITERS];
-    stop_writers = 0;
-    for (unsigned i = 0; i < WRITERS; i++)
-        pthread_create(&t[i], NULL, writer, (void *)(uintptr_t)i);
+    start_writers(t);
     for (int k = 0; k < 20; k++) {
         pid = fork();
         if (pid == 0) {
@@ -680,6 +683,49 @@ static int t_pattern(void)
     return 0;
 }
 
+/* sd_defrag_realloc moves objects of meshed slabs too: after meshing,
+ * free all but the first kept object of every 8 KiB, so that each meshed
+ * group is at most a quarter full; moving every object then empties the
+ * groups, and (nearly) every alias is unmeshed. */
+static int t_hint(void)
+{
+    make_sparse(9);
+    sd_shrink_all();
+    struct mesh_fig f = mesh_fig();
+    CHECK(f.aliases > 0, "nothing meshed");
+    unsigned n = 0, hinted = 0;
+    for (unsigned i = 0; i < nkept; i++) {
+        uintptr_t a = (uintptr_t)kept[i];
+        if ((a & 8191) / 1024 % 4) {
+            free(kept[i]);
+        } else {
+            kept[n++] = kept[i];
+        }
+    }
+    nkept = n;
+    for (unsigned i = 0; i < nkept; i++) {
+        hinted += sd_defrag_hint(kept[i]) != 0;
+        uintptr_t old = (uintptr_t)kept[i];
+        char *q = sd_defrag_realloc(kept[i]);
+        CHECK(q, "sd_defrag_realloc");
+        for (unsigned k = 0; k < OBJ; k++)      /* fill()'s bytes, of the old address */
+            CHECK(q[k] == (char)(9 * 31 + k * 7 + (old >> 4)),
+                  "object %u lost byte %u in the move", i, k);
+        kept[i] = q;
+    }
+    sd_shrink_all();
+    struct mesh_fig g = mesh_fig();
+    printf("hint: %lu aliases before, %u of %u objects hinted, %lu aliases after\n",
+           f.aliases, hinted, nkept, g.aliases);
+    /* Not quite all: the last partial slabs a cache keeps anyway
+     * (SLABDEFRAG_MIN_PARTIAL) are not worth emptying. */
+    CHECK(hinted * 10 >= nkept * 9, "only %u of %u objects hinted", hinted, nkept);
+    CHECK(g.aliases * 10 <= f.aliases, "%lu of %lu aliases left: objects of meshed "
+          "slabs were not moved", g.aliases, f.aliases);
+    free_kept();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *t = argc > 1 ? argv[1] : "";
@@ -691,6 +737,7 @@ int main(int argc, char **argv)
     if (!strcmp(t, "handler")) return t_handler();
     if (!strcmp(t, "small")) return t_small();
     if (!strcmp(t, "pattern")) return t_pattern();
+    if (!strcmp(t, "hint")) return t_hint();
     if (!strcmp(t, "syscall")) return t_syscall();
     fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler|small|pattern|syscall\n");
     return 2;
