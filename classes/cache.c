@@ -16,6 +16,18 @@
  *      the large-block lock,   held (slabs are created and released with
  *      the thread registry     no slab or list lock held).
  *
+ * mesh_lock (classes/mesh.c) serialises mesh passes and is taken with no
+ * other allocator lock held; under it a pass takes list locks and slab
+ * locks as above, and while it holds one slab's lock it only *tries* a
+ * second.  No other path ever holds two slab locks.
+ *
+ * Owner-private state takes no lock: a thread's private list, its slabs'
+ * local lists and nlocal, and its ring.  Only the shared freelist is read
+ * without the lock, by the owner deciding which ring slab to lock (a
+ * relaxed peek; the remote free stores it relaxed under the lock).  A
+ * fork child therefore never trusts another thread's tbin: it finds that
+ * thread's slabs by owner (classes/tcache.c).
+ *
  * The fork handler takes the leaves first (nobody holding one waits for
  * anything), then every slab lock (nobody holding a slab lock waits for a
  * leaf), then every list lock (holders of a list lock only try slab locks).
@@ -45,7 +57,8 @@
  *                                   its host's pages (classes/mesh.c);
  *                                   frees are redirected to the host
  *
- *   new -> ACTIVE -> OWNED (full) -> ACTIVE (objects freed) ...
+ *   new -> ACTIVE -> OWNED (full, or the owner refills from a ring slab
+ *   with more of its own frees) -> ACTIVE (objects freed) ...
  *   OWNED -> FULL / PARTIAL / EMPTY when the ring overflows or the thread
  *   exits; PARTIAL -> ACTIVE on refill
  *   PARTIAL/FULL -> FROZEN (vacate) -> RELEASING | PARTIAL | FULL

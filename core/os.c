@@ -12,6 +12,19 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The aligned `size` bytes inside mapping [p, p+span): unmap the rest. */
+static void *trim_aligned(void *p, size_t span, size_t size, size_t align)
+{
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t start = (a + align - 1) & ~(uintptr_t)(align - 1);
+    if (start > a)
+        munmap(p, start - a);
+    uintptr_t end = start + size, mend = a + span;
+    if (mend > end)
+        munmap((void *)end, mend - end);
+    return (void *)start;
+}
+
 int os_map_aligned(size_t size, size_t align, void **out)
 {
     if (align < SD_PAGE_SIZE)
@@ -23,14 +36,7 @@ int os_map_aligned(size_t size, size_t align, void **out)
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return ENOMEM;
-    uintptr_t a = (uintptr_t)p;
-    uintptr_t start = (a + align - 1) & ~(uintptr_t)(align - 1);
-    if (start > a)
-        munmap(p, start - a);
-    uintptr_t end = start + size, mend = a + span;
-    if (mend > end)
-        munmap((void *)end, mend - end);
-    *out = (void *)start;
+    *out = trim_aligned(p, span, size, align);
     return 0;
 }
 
@@ -84,14 +90,7 @@ int os_reserve_aligned(size_t size, size_t align, void **out)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return ENOMEM;
-    uintptr_t a = (uintptr_t)p;
-    uintptr_t start = (a + align - 1) & ~(uintptr_t)(align - 1);
-    if (start > a)
-        munmap(p, start - a);
-    uintptr_t end = start + size, mend = a + span;
-    if (mend > end)
-        munmap((void *)end, mend - end);
-    *out = (void *)start;
+    *out = trim_aligned(p, span, size, align);
     return 0;
 }
 
