@@ -33,6 +33,8 @@ struct sd_cache {
     uint32_t  page_capacity;    /* objects per small slab, or 0 */
     uint8_t   shuffle;          /* meshing: new slabs' freelists in random
                                    order (classes/mesh.c) */
+    unsigned long mesh_seen_new;  /* meshing: stat[SD_STAT_SLAB_NEW] at the
+                                     last pass (under mesh_lock) */
     unsigned long flags;        /* SD_* creation flags */
     void    (*ctor)(void *obj);
     struct sd_cache_ops ops;

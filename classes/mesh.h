@@ -20,10 +20,12 @@ void mesh_geometry(struct sd_cache *c);
 /* Is meshing on (arena up)? */
 int mesh_enabled(void);
 /* One bounded pass over the malloc caches: mesh pairs of sparse PARTIAL
- * slabs until `deadline` (monotonic ns; 0 = no bound).  Returns bytes
- * released; *more (may be NULL) says it stopped with candidates left.
- * Call with no allocator lock held (the shrinker thread, sd_shrink_all). */
-size_t mesh_pass(uint64_t deadline, int *more);
+ * slabs until `deadline` (monotonic ns; 0 = no bound).  Unless `all`, a
+ * class that made a new slab since the last pass is left for later.
+ * Returns bytes released; *more (may be NULL) says it stopped with
+ * candidates left.  Call with no allocator lock held (the shrinker
+ * thread, sd_shrink_all). */
+size_t mesh_pass(uint64_t deadline, int *more, int all);
 /* Free p, an object address of alias slab s (state MESHED, s unlocked):
  * redirected to its host.  From cache_free_slow. */
 void mesh_free(struct slab *s, void *p, const char *call);

@@ -123,10 +123,10 @@ __attribute__((visibility("default"))) int sd_vacate(void *addr)
     return vacated;
 }
 
-size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline)
+size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline, int idle)
 {
     cache_stat_add(c, SD_STAT_SHRINK_PASSES, 1);
-    size_t released = cache_release_empty(c, 1);
+    size_t released = cache_release_empty(c, !idle);
     if (!__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED))
         return released;
 
