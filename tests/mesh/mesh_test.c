@@ -135,6 +135,16 @@ static void make_sparse(unsigned seed)
     }
 }
 
+/* make_sparse, then mesh (sd_shrink_all): some slabs must have meshed. */
+static struct mesh_fig sparse_and_meshed(unsigned seed)
+{
+    make_sparse(seed);
+    sd_shrink_all();
+    struct mesh_fig f = mesh_fig();
+    CHECK(f.aliases > 0, "nothing meshed");
+    return f;
+}
+
 static void check_kept(unsigned seed, const char *when)
 {
     for (unsigned i = 0; i < nkept; i++)
@@ -289,10 +299,7 @@ static int t_writer(void)
 
 static int t_fork(void)
 {
-    make_sparse(6);
-    sd_shrink_all();
-    struct mesh_fig f = mesh_fig();
-    CHECK(f.aliases > 0, "nothing meshed before the fork");
+    struct mesh_fig f = sparse_and_meshed(6);
     int to_child[2], to_parent[2];
     CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
     pid_t pid = fork();
@@ -689,10 +696,7 @@ static int t_pattern(void)
  * groups, and (nearly) every alias is unmeshed. */
 static int t_hint(void)
 {
-    make_sparse(9);
-    sd_shrink_all();
-    struct mesh_fig f = mesh_fig();
-    CHECK(f.aliases > 0, "nothing meshed");
+    struct mesh_fig f = sparse_and_meshed(9);
     unsigned n = 0, hinted = 0;
     for (unsigned i = 0; i < nkept; i++) {
         uintptr_t a = (uintptr_t)kept[i];
