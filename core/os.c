@@ -141,17 +141,33 @@ int os_copy_file_data(int from, int to, size_t size)
     return 0;
 }
 
+/* The start of a small /proc file into buf (NUL-ended); "" on error. */
+static void read_proc(const char *path, char *buf, size_t size)
+{
+    ssize_t n = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, buf, size - 1);
+        close(fd);
+    }
+    buf[n > 0 ? n : 0] = 0;
+}
+
+/* The decimal number at *p, advancing p past it. */
+static size_t parse_num(const char **p)
+{
+    size_t v = 0;
+    while (**p >= '0' && **p <= '9')
+        v = v * 10 + (size_t)(*(*p)++ - '0');
+    return v;
+}
+
 size_t os_max_map_count(void)
 {
     char buf[32];
-    int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 65530;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    size_t v = 0;
-    for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
-        v = v * 10 + (size_t)(buf[i] - '0');
+    read_proc("/proc/sys/vm/max_map_count", buf, sizeof buf);
+    const char *p = buf;
+    size_t v = parse_num(&p);
     return v ? v : 65530;
 }
 
@@ -170,19 +186,9 @@ uint64_t os_now_ns(void)
 size_t os_rss_bytes(void)
 {
     char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
+    read_proc("/proc/self/statm", buf, sizeof buf);
     const char *p = buf;
     while (*p && *p != ' ') p++;          /* skip size */
     while (*p == ' ') p++;
-    size_t pages = 0;
-    while (*p >= '0' && *p <= '9')
-        pages = pages * 10 + (size_t)(*p++ - '0');
-    return pages * SD_PAGE_SIZE;
+    return parse_num(&p) * SD_PAGE_SIZE;
 }

@@ -55,15 +55,22 @@
 
 struct mesh_fig { unsigned long meshes, unmeshed, aliases, limit, retried; };
 
-static struct mesh_fig mesh_fig(void)
+/* The statistics table as sd_stats_print writes it (malloc'd, NUL-ended). */
+static char *stats_text(void)
 {
-    struct mesh_fig f = { 0, 0, 0, 0, 0 };
     int fd = memfd_create("stats", 0);
     sd_stats_print(fd);
     off_t n = lseek(fd, 0, SEEK_END);
     char *buf = calloc(1, (size_t)n + 1);
     if (pread(fd, buf, (size_t)n, 0) != n) { /* empty */ }
     close(fd);
+    return buf;
+}
+
+static struct mesh_fig mesh_fig(void)
+{
+    struct mesh_fig f = { 0, 0, 0, 0, 0 };
+    char *buf = stats_text();
     char *m = strstr(buf, "Mesh: ");
     if (m) {
         sscanf(m, "Mesh: %lu meshes, %lu unmeshed, %lu aliases", &f.meshes,
@@ -412,12 +419,7 @@ static int t_handler(void)
  * the cache is not listed): page slabs show as less than 16 KiB. */
 static size_t avg_slab_bytes(const char *name)
 {
-    int fd = memfd_create("stats", 0);
-    sd_stats_print(fd);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *buf = calloc(1, (size_t)n + 1);
-    if (pread(fd, buf, (size_t)n, 0) != n) { /* empty */ }
-    close(fd);
+    char *buf = stats_text();
     size_t avg = 0;
     for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         char nm[64], sp[32];
