@@ -47,6 +47,8 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
     tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
     if (unlikely(c->debug))             /* every allocation of it, even early */
         return debug_alloc(c);
+    if (sd_pcpu_on && pcpu_thread_init())   /* this thread's first call */
+        return pcpu_alloc(c, c->id, t->pcpu);
     if (unlikely(t->state != TC_LIVE)) {
         if (t->state == TC_NEW && tcache_init() == 0) {
             if (!c->is_malloc)
@@ -57,7 +59,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         if (t->state != TC_LIVE || !b)
             return cache_alloc_direct(c, NULL, 0);
     }
-    cache_stat_add(c, SD_STAT_ALLOC_REFILL, 1);
+    cache_stat_hot(c, SD_STAT_ALLOC_REFILL, 1);
 
     struct slab *s = b->slab;
     /* Our own frees, no lock: from the slab that has the most of them,
@@ -167,7 +169,7 @@ static int fuller_than_quarter(const struct slab *s)
 
 void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fullest)
 {
-    cache_stat_add(c, SD_STAT_ALLOC_DIRECT, 1);
+    cache_stat_hot(c, SD_STAT_ALLOC_DIRECT, 1);
     for (;;) {
         struct slab *s = NULL;
         unsigned seen = 0;
@@ -275,6 +277,10 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
 void cache_free_slow(struct slab *s, void *p, const char *call)
 {
     tcache_check_get(call);
+    if (sd_pcpu_on && !sd_tc.pcpu && s->fbin != SD_BIN_NONE && pcpu_thread_init()) {
+        cache_free_fast(s, p, call);        /* this thread's first call */
+        return;
+    }
     sd_spin_lock(&s->lock);
     struct sd_cache *c = s->cache;
     unsigned state = s->state;
@@ -307,7 +313,7 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
     int went_empty = state == SLAB_PARTIAL && !s->inuse;
     int release = cache_slab_freed_locked(c, s);
     sd_spin_unlock(&s->lock);
-    cache_stat_add(c, SD_STAT_FREE_REMOTE, 1);
+    cache_stat_hot(c, SD_STAT_FREE_REMOTE, 1);
     if (release)
         cache_slab_release(c, s);
     else if (went_empty)
@@ -323,4 +329,104 @@ void free_not_slab(void *p, const char *call)
         return;
     }
     report_invalid(call, p);
+}
+
+/* ---------------------------------------------------------------- */
+/* Batches for the per-CPU stacks (classes/pcpu.c)                   */
+
+/* Pop up to n objects of slab s (slab and list locked, s PARTIAL or
+ * about to be settled); a slab that fills up leaves the partial list. */
+static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
+                                 unsigned n)
+{
+    unsigned k = 0;
+    while (k < n && s->freelist) {
+        void *p = s->freelist;
+        s->freelist = *slab_fp(s, p);
+        out[k++] = p;
+    }
+    s->inuse += k;
+    return k;
+}
+
+struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
+                               unsigned *got)
+{
+    struct slab *s = NULL;
+    *got = 0;
+    if (__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED)) {
+        sd_mutex_lock(&c->list_lock);
+        for (struct sd_list *l = c->partial.next; l != &c->partial; l = l->next) {
+            struct slab *x = list_entry(l, struct slab, link);
+            if (x->feeding == UINT8_MAX || !sd_spin_trylock(&x->lock))
+                continue;
+            s = x;
+            *got = slab_take_locked(c, s, out, n);
+            __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
+            if (s->inuse == s->capacity) {
+                cache_partial_del_locked(c, s);
+                slab_set_state(s, SLAB_FULL);
+            }
+            sd_spin_unlock(&s->lock);
+            break;
+        }
+        sd_mutex_unlock(&c->list_lock);
+        if (s)
+            return s;
+    }
+    /* No partial slab: a retained empty one, or a new one. */
+    s = cache_partial_take(c);
+    if (!s) {
+        s = cache_slab_new(c);
+        if (!s)
+            return NULL;
+        sd_spin_lock(&s->lock);
+    }
+    *got = slab_take_locked(c, s, out, n);
+    __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
+    int release = cache_slab_settle_locked(c, s, 0);   /* PARTIAL or FULL */
+    sd_spin_unlock(&s->lock);
+    SD_ASSERT(!release);
+    (void)release;
+    return s;
+}
+
+void cache_return_objects(void *const *objs, unsigned n, const char *call)
+{
+    for (unsigned i = 0; i < n;) {
+        void *p = objs[i];
+        struct slab *s = segment_slab_of(p);
+        struct sd_cache *c = s ? s->cache : NULL;
+        if (unlikely(!s)) {
+            report_invalid(call, p);
+        }
+        sd_spin_lock(&s->lock);
+        unsigned state = s->state;
+        if (unlikely(!slab_state_live(state) || state == SLAB_FROZEN || s->cache != c ||
+                     c->debug || !slab_contains(s, p))) {
+            sd_spin_unlock(&s->lock);
+            cache_free_slow(s, p, call);    /* routes, checks or reports it */
+            i++;
+            continue;
+        }
+        do {                                /* the run of objects of s */
+            if (unlikely(p == s->freelist)) {
+                sd_spin_unlock(&s->lock);
+                report_double_free(call, p, c);
+            }
+            *slab_fp(s, p) = s->freelist;
+            __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
+            s->inuse--;
+            if (++i == n)
+                break;
+            p = objs[i];
+        } while (segment_slab_of(p) == s && slab_contains(s, p));
+        int went_empty = state == SLAB_PARTIAL && !s->inuse;
+        int release = cache_slab_freed_locked(c, s);
+        sd_spin_unlock(&s->lock);
+        if (release)
+            cache_slab_release(c, s);
+        else if (went_empty)
+            cache_release_empty(c, 0);
+    }
 }

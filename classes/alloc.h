@@ -2,18 +2,27 @@
  * classes/alloc.h - allocation and free through a cache: the fast paths
  * (inline) and their named slow paths (classes/alloc.c).
  *
- * Fast allocation pops the thread's private freelist: two loads, two
- * stores and one unlikely branch to cache_alloc_slow().  Fast free pushes
- * onto the slab's local list when the slab is owned by this thread (its
- * active slab or one on its ring), with no lock and no atomic; the slow
- * allocation path swaps the active slab's local list in (mimalloc's
- * free/local_free split).  Anything else goes to cache_free_slow(), under
- * the slab lock.
+ * Per-CPU mode (classes/pcpu.h): allocation pops this CPU's stack of the
+ * cache and free pushes onto it, each one restartable sequence (about ten
+ * instructions, no lock, no atomic), with one unlikely branch each to
+ * pcpu_alloc_slow() / pcpu_free_slow().
+ *
+ * Per-thread mode (the fallback): allocation pops the thread's private
+ * freelist: two loads, two stores and one unlikely branch to
+ * cache_alloc_slow().  Fast free pushes onto the slab's local list when
+ * the slab is owned by this thread (its active slab or one on its ring),
+ * with no lock and no atomic; the slow allocation path swaps the active
+ * slab's local list in (mimalloc's free/local_free split).  Anything else
+ * goes to cache_free_slow(), under the slab lock.
+ *
+ * Which one a thread takes is its sd_tc.pcpu: set once the thread uses
+ * per-CPU stacks, NULL otherwise and while a get() callback runs.
  */
 #ifndef SD_CLASSES_ALLOC_H
 #define SD_CLASSES_ALLOC_H
 
 #include "cache.h"
+#include "pcpu.h"
 #include "segment.h"
 #include "slab.h"
 #include "tcache.h"
@@ -41,10 +50,53 @@ void report_invalid(const char *call, const void *p)
 void report_double_free(const char *call, const void *p,
                         const struct sd_cache *c) __attribute__((noreturn, cold));
 
+/* Take up to n objects of c from one of its slabs (the first partial one,
+ * else a retained empty or a new slab), counted in use there; *got says
+ * how many.  Returns the slab, whose feeding count the caller drops once
+ * the objects are on a stack or back (a vacate waits for that), or NULL
+ * when out of memory.  No lock held by the caller. */
+struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
+                               unsigned *got);
+/* Give n objects back to their slabs (any caches), under each slab's lock
+ * once per run of objects of one slab; the ones a slab cannot take as a
+ * plain free (frozen for a get(), meshed, debug) go through
+ * cache_free_slow.  No lock held by the caller but pcpu_lock. */
+void cache_return_objects(void *const *objs, unsigned n, const char *call);
+
+/* ThreadSanitizer cannot see the per-CPU stacks (assembly): hand it the
+ * happens-before edge that a push and the pop that finds it make. */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define pcpu_tsan_acquire(p) __tsan_acquire(p)
+#define pcpu_tsan_release(p) __tsan_release(p)
+#else
+#define pcpu_tsan_acquire(p) ((void)0)
+#define pcpu_tsan_release(p) ((void)0)
+#endif
+
+/* Pop an object of cache c (id: c->id) from this CPU's stack; `base` is
+ * sd_tc.pcpu. */
+static inline void *pcpu_alloc(struct sd_cache *c, unsigned id, char *base)
+{
+#if SD_HAVE_RSEQ
+    void *p = pcpu_pop(base, rseq_self(), id);
+    if (unlikely(!p))
+        return pcpu_alloc_slow(c);
+    pcpu_tsan_acquire(p);
+    return p;
+#else
+    return NULL;
+#endif
+}
+
 /* fpo: the cache's free-pointer offset (a constant 0 for malloc). */
 static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b,
                                      unsigned fpo)
 {
+    char *base = sd_tc.pcpu;
+    if (likely(base))
+        return pcpu_alloc(c, c->id, base);
     void *p = b->free;
     if (unlikely(!p))
         return cache_alloc_slow(c, b);
@@ -56,6 +108,22 @@ static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b,
 /* Free an object of slab s (found from p); call names the entry point. */
 static inline void cache_free_fast(struct slab *s, void *p, const char *call)
 {
+#if SD_HAVE_RSEQ
+    char *base = sd_tc.pcpu;
+    if (likely(base)) {
+        if (likely(slab_contains(s, p))) {
+            pcpu_tsan_release(p);
+            int why = pcpu_push(base, rseq_self(), s,
+                                __builtin_offsetof(struct slab, fbin), p);
+            if (likely(why == 0))
+                return;
+            pcpu_free_slow(s, p, call, why);
+            return;
+        }
+        cache_free_slow(s, p, call);        /* reports the interior pointer */
+        return;
+    }
+#endif
     if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == sd_tc.token) &&
         likely(slab_contains(s, p))) {
         /* Our active slab or one on our ring: its local list, which the

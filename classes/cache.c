@@ -2,8 +2,23 @@
  * classes/cache.c - caches, their slab lists, and the slab state machine.
  *
  * ---------------------------------------------------------------------
+ * Two modes, chosen once at start-up (classes/pcpu.h):
+ *   per-CPU     every CPU caches a stack of free objects per cache; the
+ *               fast paths push and pop it in restartable sequences, with
+ *               no lock; slabs are never owned by a thread (no ACTIVE or
+ *               OWNED slab exists); stacks refill from and drain to the
+ *               slabs in batches, under the locks below.
+ *   per-thread  (no rseq, or SLABDEFRAG_PERCPU=0) each thread owns an
+ *               active slab and a ring per cache (classes/tcache.h).
+ *
  * Lock order (outer first)
  *
+ *   0. pcpu_lock (sd_mutex)    set-up of per-CPU headers, and drains of
+ *                              other CPUs' stacks (lock every header, one
+ *                              membarrier fence, return the objects).  A
+ *                              drain returns objects under the locks
+ *                              below; nothing takes pcpu_lock while
+ *                              holding another allocator lock.
  *   1. slab->lock (sd_spin)    a slab's shared freelist, inuse, state and
  *                              owner.  Held for a few instructions; across
  *                              a get() callback only while vacating.
@@ -28,15 +43,25 @@
  * fork child therefore never trusts another thread's tbin: it finds that
  * thread's slabs by owner (classes/tcache.c).
  *
- * The fork handler takes the leaves first (nobody holding one waits for
+ * The fork handler takes pcpu_lock first (no drain is half done in the
+ * child; the stacks themselves are consistent at every instant, each
+ * sequence committing with one store), then the leaves (nobody holding one waits for
  * anything), then every slab lock (nobody holding a slab lock waits for a
  * leaf), then every list lock (holders of a list lock only try slab locks).
  *
- * Cross-thread frees take the slab lock rather than a lock-free remote
- * list: a free that empties or un-fills a slab must move it between lists
- * under the list lock anyway, the lock is per slab so contention stays
- * local, and holding it is what lets get() promise that "frees of objects
- * on this slab wait until get() returns" (patch 02/10).
+ * Frees in per-CPU mode never touch the slab: any thread pushes onto its
+ * CPU's stack, and only a full stack's batch goes back to the slabs,
+ * taking each slab's lock once per run of its objects.  A slab's fbin
+ * (core/types.h) routes the frees of a FROZEN, MESHED or EMPTY slab to
+ * the locked path instead, so a vacate's get() still holds every free of
+ * its slab, and a drain with a fence (pcpu_drain) after freezing empties
+ * the stacks of the slab's objects before get() sees it.
+ *
+ * Cross-thread frees in per-thread mode take the slab lock rather than a
+ * lock-free remote list: a free that empties or un-fills a slab must move
+ * it between lists under the list lock anyway, the lock is per slab so
+ * contention stays local, and holding it is what lets get() promise that
+ * "frees of objects on this slab wait until get() returns" (patch 02/10).
  *
  * ---------------------------------------------------------------------
  * Slab states (slab->state; changed only under the slab lock, and for
@@ -57,6 +82,9 @@
  *                                   its host's pages (classes/mesh.c);
  *                                   frees are redirected to the host
  *
+ *   per-CPU:   new -> PARTIAL/FULL (a refill took objects) -> ... ;
+ *              objects on a CPU's stack count in inuse
+ *   per-thread:
  *   new -> ACTIVE -> OWNED (full, or the owner refills from a ring slab
  *   with more of its own frees) -> ACTIVE (objects freed) ...
  *   OWNED -> FULL / PARTIAL / EMPTY when the ring overflows or the thread
@@ -78,6 +106,7 @@
 #include "mesh.h"
 #include "options.h"
 #include "os.h"
+#include "pcpu.h"
 #include "segment.h"
 #include "slab.h"
 #include "tcache.h"
@@ -127,6 +156,7 @@ void cache_init(void)
     sd_mutex_lock(&sd_caches_lock);
     if (!done) {
         options_init();
+        pcpu_init();                /* per-CPU or per-thread, once */
         mesh_init();                /* before the first segment */
         for (unsigned i = 0; i < SD_NCLASSES; i++) {
             char name[32];
@@ -252,6 +282,7 @@ struct slab *cache_slab_new(struct sd_cache *c)
     slab_format(s, c->size, cap, c->fp_off, c->ctor, seed);
     s->cache = c;
     s->bin = c->id;
+    slab_set_state(s, SLAB_UNUSED);     /* fbin: none until it is allocated from */
     __atomic_fetch_add(&c->nr_slabs, 1, __ATOMIC_RELAXED);
     cache_stat_add(c, SD_STAT_SLAB_NEW, 1);
     return s;
@@ -446,7 +477,7 @@ void cache_usage(struct sd_cache *c, struct cache_usage *u)
     memset(u, 0, sizeof *u);
     struct usage_walk w = { c, u };
     segment_for_each_slab(usage_one, &w, 0);
-    size_t priv = tcache_private_objects(c->id);
+    size_t priv = tcache_private_objects(c->id) + pcpu_cached(c->id);
     u->objects_inuse = u->objects_inuse > priv ? u->objects_inuse - priv : 0;
 }
 

@@ -24,11 +24,13 @@
 #include "arena.h"
 #include "cache.h"
 #include "large.h"
+#include "pcpu.h"
 #include "segment.h"
 #include "tcache.h"
 
 static void fork_prepare(void)
 {
+    pcpu_lock_fork();               /* outermost: no drain in flight */
     sd_mutex_lock(&sd_caches_lock);
     tcache_lock_registry();
     segment_lock_all();
@@ -45,6 +47,7 @@ static void fork_parent(void)
     segment_unlock_all(0);
     tcache_unlock_registry(0);
     sd_mutex_unlock(&sd_caches_lock);
+    pcpu_unlock_fork(0);
 }
 
 static void fork_child(void)
@@ -56,6 +59,7 @@ static void fork_child(void)
     segment_unlock_all(1);
     tcache_unlock_registry(1);
     sd_mutex_reset_child(&sd_caches_lock);
+    pcpu_unlock_fork(1);
     tcache_after_fork_child();
 }
 

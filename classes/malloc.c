@@ -19,11 +19,15 @@ static __attribute__((noinline)) void *malloc_slow(unsigned cls)
     return cache_alloc_slow(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
 }
 
-/* The fast path: a table or bit lookup for the class, then pop the
- * thread's private freelist; one unlikely branch to malloc_slow(). */
+/* The fast path: a table or bit lookup for the class, then pop this
+ * CPU's stack (or, per thread, the thread's private freelist); one
+ * unlikely branch to a slow path. */
 static inline void *malloc_small(size_t n)
 {
     unsigned cls = sizeclass_of(n);
+    char *base = sd_tc.pcpu;
+    if (likely(base))
+        return pcpu_alloc(&sd_malloc_caches[cls], cls, base);
     struct tbin *b = &sd_tc.bins[cls];
     void *p = b->free;
     if (unlikely(!p))
@@ -182,6 +186,7 @@ int sdm_trim(void)
 {
     size_t bytes = large_trim();
     tcache_flush(&sd_tc);
+    pcpu_drain(NULL);
     for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
         struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
         if (c)

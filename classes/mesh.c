@@ -108,6 +108,7 @@
 #include "arena.h"
 #include "alloc.h"
 #include "options.h"
+#include "pcpu.h"
 #include "os.h"
 #include "segment.h"
 #include "slab.h"
@@ -458,6 +459,7 @@ size_t mesh_pass(uint64_t deadline, int *more, int all)
         stats.handler_lost = 1;             /* the program took SIGSEGV */
         return 0;
     }
+    pcpu_drain(NULL);           /* occupancy without the CPUs' stacks */
     sd_mutex_lock(&mesh_lock);
     uint64_t t0 = os_now_ns();
     uint64_t before = __atomic_load_n(&stats.bytes_released, __ATOMIC_RELAXED);

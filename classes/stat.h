@@ -1,7 +1,8 @@
 /*
  * classes/stat.h - the per-cache counters: one list drives the enum, the
  * names and every printer (API, exit report, slabinfo CLI).  Adding a
- * counter is one line.  Counted on slow paths only, with relaxed atomics.
+ * counter is one line.  Counted on slow paths only, with relaxed atomics;
+ * the three hot ones per CPU in per-CPU mode (pcpu.h: cache_stat_hot).
  */
 #ifndef SD_CLASSES_STAT_H
 #define SD_CLASSES_STAT_H
@@ -9,9 +10,9 @@
 #include "fmt.h"
 
 #define SD_CACHE_STATS(X)                                                   \
-    X(ALLOC_REFILL,     "alloc_refill",     "active slab refilled or replaced") \
+    X(ALLOC_REFILL,     "alloc_refill",     "per-CPU stack or active slab refilled") \
     X(ALLOC_DIRECT,     "alloc_direct",     "allocations under the slab lock") \
-    X(FREE_REMOTE,      "free_remote",      "frees to a slab the thread does not own") \
+    X(FREE_REMOTE,      "free_remote",      "frees to slabs: per-CPU batches, or remote frees") \
     X(SLAB_NEW,         "slab_new",         "slabs created")                 \
     X(SLAB_RELEASED,    "slab_released",    "slabs given back to the OS")    \
     X(DEACTIVATE,       "deactivate",       "active slabs given back")       \

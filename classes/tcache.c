@@ -209,6 +209,8 @@ size_t tcache_private_objects(uint16_t id)
 void tcache_guard_enter(struct tcache_guard *g, const struct sd_cache *c)
 {
     struct tcache *t = &sd_tc;
+    g->pcpu = t->pcpu;
+    t->pcpu = NULL;
     for (unsigned i = 0; i < SD_NCLASSES; i++) {
         g->free[i] = t->bins[i].free;
         t->bins[i].free = NULL;
@@ -224,6 +226,7 @@ void tcache_guard_enter(struct tcache_guard *g, const struct sd_cache *c)
 void tcache_guard_leave(struct tcache_guard *g)
 {
     struct tcache *t = &sd_tc;
+    t->pcpu = g->pcpu;
     for (unsigned i = 0; i < SD_NCLASSES; i++)
         t->bins[i].free = g->free[i];
     t->ubins = g->ubins;
@@ -262,7 +265,8 @@ void tcache_unlock_registry(int child)
  * its count as any slab (FULL, PARTIAL with its shared freelist, EMPTY).
  * Objects that were on a dead thread's private or local lists stay counted
  * as in use: leaked in the child, a few slabs' worth per thread at most,
- * as jemalloc and glibc leak other threads' caches after fork.  Called
+ * as jemalloc and glibc leak other threads' caches after fork.  So do
+ * the objects a per-CPU refill of a vanished thread held (feeding).  Called
  * with every allocator lock already released. */
 struct adopt {
     uintptr_t keep;             /* the surviving thread's token */
@@ -273,6 +277,7 @@ static void adopt_dead_slab(struct slab *s, void *arg)
 {
     struct adopt *a = arg;
     unsigned st = s->state;
+    s->feeding = 0;                 /* refills of threads that are gone */
     if ((st != SLAB_ACTIVE && st != SLAB_OWNED) || s->owner == a->keep)
         return;
     sd_spin_lock(&s->lock);

@@ -35,6 +35,9 @@ static inline uint32_t tbin_owned_max(unsigned kind)
 enum tc_state { TC_NEW = 0, TC_INIT, TC_LIVE, TC_DEAD };
 
 struct tcache {
+    char        *pcpu;          /* per-CPU regions (classes/pcpu.h) once this
+                                   thread uses them; NULL: the per-thread
+                                   bins below (and while a get() runs) */
     uintptr_t    token;         /* slab->owner of our active slabs; 1 = none */
     uint32_t     tid;           /* gettid(), for the slab locks */
     uint8_t      state;         /* enum tc_state */
@@ -65,8 +68,11 @@ void tcache_owned_release(struct tbin *b, struct slab *s);
 size_t tcache_private_objects(uint16_t id);
 
 /* get() guard: while a get() runs, every allocator entry of this thread
- * falls to a slow path that reports the misuse. */
+ * falls to a slow path that reports the misuse: the thread's per-CPU
+ * pointer and private freelists read NULL and its token matches no slab,
+ * so the fast paths of this thread miss, at no cost to other threads. */
 struct tcache_guard {
+    char     *pcpu;
     void     *free[SD_NCLASSES];
     struct tbin *ubins;
     uintptr_t token;

@@ -25,6 +25,8 @@ struct sd_options sd_opt = {
     .psi = 1,
     .mesh_page_slabs = 16,
     .mesh_shuffle = 1,
+    .percpu = 1,
+    .percpu_kb = 2048,
 };
 
 enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG };
@@ -46,6 +48,9 @@ static const struct option {
     { "PSI",               OPT_BOOL,  &sd_opt.psi,                0, 1 },
     { "STATS",             OPT_STATS, &sd_opt.stats,              0, 2 },
     { "CONTROL",           OPT_BOOL,  &sd_opt.control,            0, 1 },
+    /* per-CPU caches on rseq (classes/pcpu.c); 0 forces per-thread ones */
+    { "PERCPU",            OPT_BOOL,  &sd_opt.percpu,             0, 1 },
+    { "PERCPU_KB",         OPT_UINT,  &sd_opt.percpu_kb,          64, 65536 },
     { "DEBUG",             OPT_DEBUG, &sd_opt.debug,              0, 0 },
     /* meshing (classes/mesh.c): off by default, a fork copies the heap */
     { "MESH",              OPT_BOOL,  &sd_opt.mesh,               0, 1 },

@@ -38,6 +38,9 @@ struct sd_options {
                                       many slabs gets 4/8 KiB ones (0: never) */
     uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects in
                                       random order */
+    uint32_t percpu;               /* per-CPU caches where rseq allows (0:
+                                      per-thread caches) */
+    uint32_t percpu_kb;            /* per-CPU budget of the malloc classes */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
 

@@ -144,13 +144,19 @@ int os_copy_file_data(int from, int to, size_t size)
 /* The start of a small /proc file into buf (NUL-ended); "" on error. */
 static void read_proc(const char *path, char *buf, size_t size)
 {
+    ssize_t n = os_read_file(path, buf, size - 1);
+    buf[n > 0 ? n : 0] = 0;
+}
+
+ssize_t os_read_file(const char *path, char *buf, size_t size)
+{
     ssize_t n = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-        n = read(fd, buf, size - 1);
+        n = read(fd, buf, size);
         close(fd);
     }
-    buf[n > 0 ? n : 0] = 0;
+    return n;
 }
 
 /* The decimal number at *p, advancing p past it. */
@@ -191,4 +197,10 @@ size_t os_rss_bytes(void)
     while (*p && *p != ' ') p++;          /* skip size */
     while (*p == ' ') p++;
     return parse_num(&p) * SD_PAGE_SIZE;
+}
+
+void os_sleep_us(unsigned us)
+{
+    struct timespec ts = { us / 1000000, (long)(us % 1000000) * 1000 };
+    nanosleep(&ts, NULL);
 }

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define SD_PAGE_SIZE 4096UL
 
@@ -51,8 +52,13 @@ size_t os_max_map_count(void);
 
 /* Thread id (gettid), never 0. */
 uint32_t os_gettid(void);
+/* Sleep about us microseconds. */
+void os_sleep_us(unsigned us);
 /* Monotonic time in nanoseconds. */
 uint64_t os_now_ns(void);
+/* Up to size bytes of the start of a small file (/proc, /sys) into buf;
+ * the bytes read or -1.  Does not allocate. */
+ssize_t os_read_file(const char *path, char *buf, size_t size);
 /* Resident set size of this process in bytes (from /proc/self/statm),
  * 0 if unknown.  Does not allocate. */
 size_t os_rss_bytes(void);

@@ -101,6 +101,7 @@ struct slab *segment_slab_alloc(unsigned kind)
     struct slab *s = &seg->slabs[i];
     /* Not the lock: a stale sd_vacate() may be spinning on it. */
     memset((char *)s + sizeof s->lock, 0, sizeof *s - sizeof s->lock);
+    s->fbin = SD_BIN_NONE;          /* no frees through per-CPU stacks yet */
     s->kind = (uint8_t)kind;
     s->start = (char *)seg + ((size_t)i << seg->slot_shift);
     list_init(&s->link);

@@ -20,6 +20,9 @@
  *   ACTIVE/OWNED: objects handed out == inuse - nlocal - (ACTIVE: the
  *   owner's tbin.nfree); local_free and nlocal: owner only
  *   state PARTIAL <=> on cache->partial; EMPTY <=> on cache->empty
+ *   per-CPU mode: objects on a CPU's stack, and those a refill holds
+ *   (feeding), count in inuse: they are free for the program but not on
+ *   the freelist
  *   free objects hold the next-free pointer at byte fpo: 0, or past the
  *   object for caches with a ctor (a free object stays constructed).
  *
@@ -43,6 +46,8 @@
 #define SD_SEGMENT_SIZE  (1UL << SD_SEGMENT_SHIFT)
 #define SD_VA_BITS       47
 #define SD_MIN_ALIGN     16
+#define SD_BIN_NONE      1024     /* SD_MAX_CACHES: a per-CPU header that is
+                                     never set up (classes/pcpu.h) */
 
 struct sd_list {
     struct sd_list *next, *prev;
@@ -93,10 +98,15 @@ struct slab {
     uint16_t  bin;            /* cache id: index of the owner's tbin */
     uint16_t  fpo;            /* bytes from an object to its free pointer */
     uint8_t   tz;             /* trailing zero bits of size */
-    uint8_t   pad;
+    uint8_t   feeding;        /* per-CPU refills that took objects of this
+                                 slab and have not pushed them yet (atomic;
+                                 a vacate waits for 0: classes/pcpu.c) */
     uint32_t  inuse;          /* objects not on freelist */
     uint32_t  span;           /* capacity * size: bytes of objects */
-    uint32_t  nlocal;         /* objects on local_free (owner only) */
+    uint16_t  nlocal;         /* objects on local_free (owner only) */
+    uint16_t  fbin;           /* per-CPU stack a fast free pushes to: bin
+                                 while the slab takes frees that way
+                                 (slab_set_state), else SD_BIN_NONE */
     uintptr_t owner;          /* tcache token of the active thread, or 0 */
     char     *start;          /* first object */
     uint64_t  inv;            /* inverse of size's odd part mod 2^64 */
@@ -138,10 +148,18 @@ struct segment {
 #define SEGMENT_MAGIC 0x5ddef7a6u
 
 /* state and owner are written under the slab lock but read without it on
- * fast paths and hints: relaxed atomics (plain moves on x86) say so. */
+ * fast paths and hints: relaxed atomics (plain moves on x86) say so.
+ * fbin follows the state: only a slab that is allocated from (ACTIVE,
+ * OWNED, PARTIAL, FULL) takes frees through the per-CPU stacks; a frozen,
+ * meshed, empty or released one sends them to the locked path, which
+ * checks and routes them (a vacate's get() holds the slab lock, a mesh
+ * alias forwards to its host, an empty slab's free is a double free). */
 static inline void slab_set_state(struct slab *s, unsigned st)
 {
     __atomic_store_n(&s->state, (uint8_t)st, __ATOMIC_RELAXED);
+    int takes = st == SLAB_ACTIVE || st == SLAB_OWNED || st == SLAB_PARTIAL ||
+                st == SLAB_FULL;
+    __atomic_store_n(&s->fbin, takes ? s->bin : (uint16_t)SD_BIN_NONE, __ATOMIC_RELAXED);
 }
 
 /* A counter written under a lock and read without it (relaxed). */

@@ -69,6 +69,7 @@ SD_EXPORT void sd_cache_destroy(sd_cache *s)
     struct tbin *b = tcache_ubin(c->id);
     if (b)
         tcache_flush_bin(b);
+    pcpu_drain(c);
     struct cache_usage u;
     cache_usage(c, &u);
     if (u.objects_inuse) {
@@ -101,8 +102,13 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
         errno = EINVAL;
         return NULL;
     }
+    char *base = sd_tc.pcpu;
+    if (likely(base))
+        return pcpu_alloc(c, c->id, base);
     if (c->is_malloc)
         return cache_alloc_fast(c, &sd_tc.bins[c->id], 0);
+    if (sd_pcpu_on && !sd_tc.in_get && pcpu_thread_init())
+        return pcpu_alloc(c, c->id, sd_tc.pcpu);
     struct tbin *b = sd_tc.ubins ? &sd_tc.ubins[c->id - SD_NCLASSES] : NULL;
     if (unlikely(!b)) {
         tcache_check_get("sd_cache_alloc");

@@ -6,7 +6,8 @@
  *
  * Figures are exact at a quiescent point: slab counts and objects in use
  * come from walking the slabs under their locks (cache_usage), less the
- * objects on threads' private lists; nothing is counted on the fast path.
+ * objects on threads' private lists and on the CPUs' stacks; nothing is
+ * counted on the fast path.
  */
 #include "stats.h"
 
@@ -18,6 +19,7 @@
 #include "large.h"
 #include "mesh.h"
 #include "options.h"
+#include "pcpu.h"
 #include "sdmalloc.h"
 #include "segment.h"
 #include "shrinker.h"
@@ -151,7 +153,7 @@ static const char *const stat_docs[SD_NSTATS] = {
 
 static unsigned long stat_of(const struct sd_cache *c, enum sd_stat i)
 {
-    return __atomic_load_n(&c->stat[i], __ATOMIC_RELAXED);
+    return cache_stat_read(c, i);
 }
 
 static void size_str(char *b, size_t n, size_t v)
@@ -228,6 +230,18 @@ static void text_totals(struct out *o, const struct totals *t)
             (unsigned long)(st.longest_pass_ns / 1000),
             (unsigned long)(st.longest_vacate_ns / 1000),
             (unsigned long)(st.longest_pause_ns / 1000));
+    struct pcpu_info pc;
+    pcpu_get_info(&pc);
+    if (pc.on) {
+        out_fmt(o, "Caches: per-CPU (rseq), %u CPUs, bound %zu KiB per CPU; cached:",
+                pc.ncpu, pc.bound_bytes >> 10);
+        for (unsigned cpu = 0; cpu < pc.ncpu && cpu < 64; cpu++)
+            out_fmt(o, " cpu%u %zu KiB", cpu, pcpu_cpu_bytes(cpu) >> 10);
+        out_put(o, "\n", 1);
+    } else {
+        out_fmt(o, "Caches: per-thread (%s)\n",
+                sd_opt.percpu ? "rseq or membarrier unavailable" : "SLABDEFRAG_PERCPU=0");
+    }
     struct mesh_stats m;
     mesh_get_stats(&m);
     if (m.enabled)
@@ -300,6 +314,14 @@ static void json_totals(struct out *o, const struct totals *t)
             (unsigned long)(st.longest_pass_ns / 1000),
             (unsigned long)(st.longest_vacate_ns / 1000),
             (unsigned long)(st.longest_pause_ns / 1000));
+    struct pcpu_info pc;
+    pcpu_get_info(&pc);
+    out_fmt(o, ",\"cpu_caches\":{\"mode\":\"%s\",\"cpus\":%u,\"bound_bytes\":%zu,"
+            "\"cached_bytes\":[", pc.on ? "per-cpu" : "per-thread", pc.ncpu,
+            pc.on ? pc.bound_bytes : 0);
+    for (unsigned cpu = 0; pc.on && cpu < pc.ncpu; cpu++)
+        out_fmt(o, "%s%zu", cpu ? "," : "", pcpu_cpu_bytes(cpu));
+    out_put(o, "]}", 2);
     struct mesh_stats m;
     mesh_get_stats(&m);
     out_fmt(o, ",\"mesh\":{\"enabled\":%s,\"meshes\":%lu,\"unmeshes\":%lu,"

@@ -28,6 +28,7 @@
 #include "sdmalloc.h"
 #include "options.h"
 #include "os.h"
+#include "pcpu.h"
 #include "slab.h"
 #include "slabdefrag.h"
 #include "tcache.h"
@@ -41,6 +42,17 @@ static void stat_max(uint64_t *p, uint64_t v)
     while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0, __ATOMIC_RELAXED,
                                                    __ATOMIC_RELAXED))
         ;
+}
+
+/* Put frozen slab s (locked by the caller) back untouched; unlocks it. */
+static void vacate_giveup_locked(struct sd_cache *c, struct slab *s, size_t *released)
+{
+    int release = cache_slab_settle_locked(c, s, 1);
+    if (release)
+        slab_set_state(s, SLAB_RELEASING);
+    sd_spin_unlock(&s->lock);
+    if (release)
+        *released += cache_slab_release(c, s);
 }
 
 /* Vacate frozen slab s, locked by the caller; returns with it unlocked and
@@ -117,6 +129,19 @@ __attribute__((visibility("default"))) int sd_vacate(void *addr)
         }
         slab_set_state(s, SLAB_FROZEN);
         size_t released = 0;
+        if (sd_pcpu_on) {
+            /* Frozen, its frees take the locked path from now on; the
+             * objects of it that the CPUs cache are free, not allocated:
+             * back onto its freelist before get() sees the slab. */
+            sd_spin_unlock(&s->lock);
+            int ok = pcpu_quiesce(c, s);
+            sd_spin_lock(&s->lock);
+            if (!ok) {
+                vacate_giveup_locked(c, s, &released);
+                sdm_free(vec);
+                return 0;
+            }
+        }
         vacated = vacate_locked(c, s, vec, &released) == 0;
     }
     sdm_free(vec);
@@ -126,6 +151,7 @@ __attribute__((visibility("default"))) int sd_vacate(void *addr)
 size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline, int idle)
 {
     cache_stat_add(c, SD_STAT_SHRINK_PASSES, 1);
+    pcpu_drain(c);                      /* true occupancy: nothing cached */
     size_t released = cache_release_empty(c, !idle);
     if (!__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED))
         return released;
@@ -175,19 +201,19 @@ size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline, int idle)
         }
     }
     sd_mutex_unlock(&c->list_lock);
+    /* The frozen slabs' objects that were freed onto per-CPU stacks since
+     * the first drain: back to them before get() is called. */
+    if (!list_empty(&zap))
+        pcpu_drain(c);
 
     while (!list_empty(&zap)) {
         struct slab *s = list_entry(zap.next, struct slab, link);
         list_del(&s->link);
+        int ok = pcpu_quiesce(c, s);
         sd_spin_lock(&s->lock);
-        if (deadline && os_now_ns() > deadline) {
+        if (!ok || (deadline && os_now_ns() > deadline)) {
             /* Out of time: back untouched. */
-            int release = cache_slab_settle_locked(c, s, 1);
-            if (release)
-                slab_set_state(s, SLAB_RELEASING);
-            sd_spin_unlock(&s->lock);
-            if (release)
-                released += cache_slab_release(c, s);
+            vacate_giveup_locked(c, s, &released);
             continue;
         }
         vacate_locked(c, s, vec, &released);

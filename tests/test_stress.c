@@ -704,6 +704,154 @@ Test(stress, parent_still_works_after_forks, .timeout = 60)
     cr_assert_eq(bad_cookies, 0);
 }
 
+/* ---- many threads --------------------------------------------------------- */
+
+/* 512 threads at once: each allocates blocks, hands half to a shared pile
+ * and frees blocks from the pile (allocated by other threads, many of
+ * which have exited by then), and leaves its own last blocks on the pile
+ * when it exits; the others keep freeing into the slabs of the threads
+ * that are gone.  With per-CPU caches every free lands on some CPU's
+ * stack whichever thread allocated the block. */
+enum { MANY = 512, PILE = 1 << 16 };
+static pthread_mutex_t pile_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *pile[PILE];
+static size_t npile;
+static unsigned long many_alloc, many_freed;
+
+static void pile_put(void *p)
+{
+    pthread_mutex_lock(&pile_lock);
+    if (npile < PILE) {
+        pile[npile++] = p;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&pile_lock);
+    if (p) {                                    /* pile full: free it here */
+        free_block(p);
+        __atomic_fetch_add(&many_freed, 1, __ATOMIC_RELAXED);
+    }
+}
+
+static void *pile_take(void)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&pile_lock);
+    if (npile)
+        p = pile[--npile];
+    pthread_mutex_unlock(&pile_lock);
+    return p;
+}
+
+static void *many_worker(void *arg)
+{
+    uint64_t rs = mix(0x5eedu + (uintptr_t)arg) | 1;
+    void *mine[16] = { 0 };
+    for (int i = 0; i < 400 / SCALE; i++) {
+        void *p = alloc_block(&rs, (rnd(&rs) & 3) ? 16 + rnd(&rs) % 500 : pick_size(&rs));
+        if (!p) {
+            __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        __atomic_fetch_add(&many_alloc, 1, __ATOMIC_RELAXED);
+        unsigned k = (unsigned)(rnd(&rs) % 16);
+        if (rnd(&rs) & 1) {
+            pile_put(p);
+        } else {
+            if (mine[k]) {
+                free_block(mine[k]);
+                __atomic_fetch_add(&many_freed, 1, __ATOMIC_RELAXED);
+            }
+            mine[k] = p;
+        }
+        void *q = pile_take();
+        if (q) {
+            free_block(q);
+            __atomic_fetch_add(&many_freed, 1, __ATOMIC_RELAXED);
+        }
+    }
+    for (unsigned k = 0; k < 16; k++)           /* freed by others, later */
+        if (mine[k])
+            pile_put(mine[k]);
+    return NULL;
+}
+
+Test(stress, many_threads_free_into_exited_threads, .timeout = 300)
+{
+    bad_cookies = null_allocs = 0;
+    many_alloc = many_freed = 0;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 128 << 10);
+    static pthread_t t[MANY];
+    for (uintptr_t i = 0; i < MANY; i++)
+        cr_assert_eq(pthread_create(&t[i], &at, many_worker, (void *)i), 0,
+                     "pthread_create %lu", (unsigned long)i);
+    for (unsigned i = 0; i < MANY; i++)
+        pthread_join(t[i], NULL);
+    pthread_attr_destroy(&at);
+    for (void *p; (p = pile_take());) {
+        free_block(p);
+        many_freed++;
+    }
+    cr_assert_eq(null_allocs, 0);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+    cr_assert_eq(many_alloc, many_freed, "allocated %lu, freed %lu", many_alloc, many_freed);
+}
+
+/* A thread in the middle of its allocation loop forks, again and again,
+ * while others allocate and free: the child (only that thread) allocates,
+ * frees and exits 0. */
+static void *forking_allocator(void *arg)
+{
+    uint64_t rs = mix(0xf0f0u) | 1;
+    void *keep[64] = { 0 };
+    intptr_t bad = 0;
+    for (int f = 0; f < 20; f++) {
+        for (int i = 0; i < 2000; i++) {        /* the hot loop */
+            unsigned k = (unsigned)(rnd(&rs) % 64);
+            if (keep[k])
+                free_block(keep[k]);
+            keep[k] = alloc_block(&rs, pick_size(&rs));
+        }
+        pid_t pid = fork();
+        if (pid < 0)
+            return (void *)1;
+        if (pid == 0) {
+            alarm(30);
+            for (unsigned k = 0; k < 64; k++)   /* the parent's blocks, here too */
+                if (keep[k])
+                    free_block(keep[k]);
+            _exit(child_work() || bad_cookies ? 1 : 0);
+        }
+        int st = wait_timeout(pid, 10.0);
+        if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            bad++;
+    }
+    for (unsigned k = 0; k < 64; k++)
+        if (keep[k])
+            free_block(keep[k]);
+    return (void *)bad;
+}
+
+Test(stress, fork_from_thread_in_hot_loop, .timeout = 180)
+{
+    bad_cookies = null_allocs = 0;
+    stop_flag = 0;
+    pthread_t busy[2], forker;
+    for (uintptr_t i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&busy[i], NULL, busy_allocator, (void *)(i + 7)), 0);
+    cr_assert_eq(pthread_create(&forker, NULL, forking_allocator, NULL), 0);
+    void *bad;
+    pthread_join(forker, &bad);
+    __atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < 2; i++)
+        pthread_join(busy[i], NULL);
+    cr_assert_eq((intptr_t)bad, 0, "%ld of 20 children forked from a busy thread failed "
+                 "or hung", (long)(intptr_t)bad);
+    cr_assert_eq(bad_cookies, 0);
+    cr_assert_eq(null_allocs, 0);
+}
+
 #if STRESS_NO_CRITERION
 #include <sys/wait.h>
 int main(int argc, char **argv)

@@ -5,6 +5,8 @@
 #include "defrag_test.h"
 
 #include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -170,6 +172,19 @@ size_t dt_live(void)
         n += dt_slots[i] != NULL;
     pthread_mutex_unlock(&dt_lock);
     return n;
+}
+
+int dt_percpu(void)
+{
+    int fd = memfd_create("dt-stats", 0);
+    if (fd < 0)
+        return 0;
+    sd_stats_print(fd);
+    static char buf[1 << 16];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    return strstr(buf, "Caches: per-CPU") != NULL;
 }
 
 /* ----------------------------------------------------------- callbacks */

@@ -67,6 +67,9 @@ struct tobj *dt_alloc_slot(sd_cache *s, size_t i);
 void dt_free_slot(sd_cache *s, size_t i);
 /* Live objects in the registry. */
 size_t dt_live(void);
+/* 1 if the allocator runs per-CPU caches (its statistics say so): no
+ * thread owns a slab then, and a vacate may take any slab. */
+int dt_percpu(void);
 
 /* --------------------------------------------------- the callbacks */
 

@@ -1,0 +1,457 @@
+/*
+ * classes/pcpu.c - per-CPU caches: set-up, refill, drain, fence (pcpu.h).
+ *
+ * Budget.  SLABDEFRAG_PERCPU_KB (default 2048) is what one CPU may cache
+ * of the malloc classes.  Each cache gets an equal share of it, budget /
+ * 72 (28 KiB by default), as a stack of cap = share / size objects,
+ * between 2 and 256: 256 objects of 16..112 B, 28 of 1 KiB, 2 of 14..32
+ * KiB.  The bound this gives (the sum of cap x size over the classes,
+ * printed by the statistics) is 2.2 MiB per CPU by default; typed caches
+ * add their own share each.  Why that much: it is what jemalloc keeps per
+ * thread in its tcache (about 200 small objects per class) and less than
+ * tcmalloc's 3 MiB per CPU, and the refill and drain batches (cap / 2)
+ * stay long enough that the slab locks are taken about once per 16..128
+ * operations of the small classes that dominate most programs.  A thread
+ * keeps nothing of it: 1,024 threads on 2 CPUs cache at most 4.4 MiB.
+ *
+ * Slot ranges: every cache id gets the same range [begin, begin + cap) of
+ * every CPU's slot array, at its first use, from one bump pointer.  When
+ * the 65,535 slots are gone, later caches go without a per-CPU cache
+ * (their allocations take the slab locks).
+ *
+ * Locking: pcpu_lock serialises header set-up and drains of other CPUs.
+ * It is the outermost allocator lock: a drain holds it while it returns
+ * objects to their slabs (slab locks, list locks, segment leaves), and it
+ * is never taken with another allocator lock held (classes/cache.c).
+ * The fast paths take no lock; a thread's own overflow and refill go
+ * through rseq batch pops and pushes, never through pcpu_lock.
+ */
+#define _GNU_SOURCE
+#include "pcpu.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "debug.h"
+#include "fmt.h"
+#include "options.h"
+#include "os.h"
+#include "tcache.h"
+
+int sd_pcpu_on;
+
+static char *base;                      /* ncpu regions */
+static unsigned ncpu;
+static sd_mutex pcpu_lock = SD_MUTEX_INIT;
+static uint16_t slot_next = 1;          /* next unassigned slot */
+static uint16_t id_begin[SD_MAX_CACHES];/* slot range of each id; 0 = none yet */
+static uint16_t id_cap[SD_MAX_CACHES];  /* its cap; PCPU_NO_SLOTS = none left */
+static unsigned id_hi;                  /* ids below this may be set up */
+
+#define PCPU_NO_SLOTS 0xffffu
+#define CAP_MIN 2u
+#define CAP_MAX 256u
+#define PCPU_NSTATS 5                   /* counters per id: 3 hot ones, and
+                                           the drain batches begun and ended */
+enum { LIMBO_BEGIN = 3, LIMBO_END = 4 };
+
+static inline struct pcpu_hdr *hdr_of(unsigned cpu, unsigned id)
+{
+    return (struct pcpu_hdr *)(base + ((size_t)cpu << PCPU_REGION_SHIFT)) + id;
+}
+
+static inline void **slots_of(unsigned cpu)
+{
+    return (void **)(base + ((size_t)cpu << PCPU_REGION_SHIFT) + PCPU_SLOTS_OFF);
+}
+
+static inline uint32_t *bounds_of(struct pcpu_hdr *h)
+{
+    return (uint32_t *)h;               /* begin and end, one store */
+}
+
+/* Possible CPUs from /sys (sysconf may allocate: it runs inside malloc). */
+static unsigned possible_cpus(void)
+{
+    char buf[256];
+    ssize_t n = os_read_file("/sys/devices/system/cpu/possible", buf, sizeof buf - 1);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    unsigned hi = 0, v = 0;
+    int digits = 0;
+    for (char *p = buf;; p++) {         /* the largest number in "0-3,8-11" */
+        if (*p >= '0' && *p <= '9') {
+            v = v * 10 + (unsigned)(*p - '0');
+            digits = 1;
+            continue;
+        }
+        if (digits && v > hi)
+            hi = v;
+        v = 0;
+        digits = 0;
+        if (!*p)
+            break;
+    }
+    return hi + 1;
+}
+
+static unsigned cap_for(uint32_t size)
+{
+    size_t share = ((size_t)sd_opt.percpu_kb << 10) / SD_NCLASSES;
+    size_t cap = share / size;
+    if (cap < CAP_MIN)
+        cap = CAP_MIN;
+    if (cap > CAP_MAX)
+        cap = CAP_MAX;
+    return (unsigned)cap;
+}
+
+void pcpu_init(void)
+{
+    if (!SD_HAVE_RSEQ || !sd_opt.percpu || sd_opt.percpu_kb == 0)
+        return;
+    ncpu = possible_cpus();
+    if (!ncpu || ncpu > 4096 || !rseq_setup())
+        return;
+    void *m;
+    if (os_map_sparse((size_t)ncpu << PCPU_REGION_SHIFT, &m))
+        return;
+    base = m;
+    __atomic_store_n(&sd_pcpu_on, 1, __ATOMIC_RELEASE);
+}
+
+int pcpu_thread_init(void)
+{
+    struct tcache *t = &sd_tc;
+    if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE) || t->in_get ||
+        t->state == TC_LIVE || !rseq_thread_ok())
+        return 0;
+    t->pcpu = base;
+    return 1;
+}
+
+/* Give cache id its slot range (pcpu_lock held); 0 if none is left. */
+static int id_assign_locked(const struct sd_cache *c)
+{
+    unsigned id = c->id;
+    if (id_cap[id])
+        return id_cap[id] != PCPU_NO_SLOTS;
+    unsigned cap = cap_for(c->size);
+    if ((unsigned)slot_next + cap > PCPU_MAX_SLOTS) {
+        id_cap[id] = PCPU_NO_SLOTS;
+        return 0;
+    }
+    id_begin[id] = slot_next;
+    slot_next = (uint16_t)(slot_next + cap);
+    __atomic_store_n(&id_cap[id], (uint16_t)cap, __ATOMIC_RELEASE);
+    if (id + 1 > id_hi)
+        __atomic_store_n(&id_hi, id + 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Set up cache c's header on cpu; 0 if c gets no per-CPU cache. */
+static int hdr_setup(const struct sd_cache *c, unsigned cpu)
+{
+    if (c->debug || c->dead)
+        return 0;
+    int ok = 1;
+    sd_mutex_lock(&pcpu_lock);
+    if (!id_assign_locked(c)) {
+        ok = 0;
+    } else {
+        struct pcpu_hdr *h = hdr_of(cpu, c->id);
+        if (!h->begin && !h->end) {     /* one store: a pop or push sees all or nothing */
+            uint16_t b = id_begin[c->id], k = id_cap[c->id];
+            struct pcpu_hdr v = { b, (uint16_t)(b + k), b, k };
+            uint64_t w;
+            memcpy(&w, &v, sizeof w);
+            __atomic_store_n((uint64_t *)h, w, __ATOMIC_RELEASE);
+        }
+    }
+    sd_mutex_unlock(&pcpu_lock);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- */
+/* Statistics                                                        */
+
+static unsigned stat_slot(enum sd_stat i)
+{
+    return i == SD_STAT_ALLOC_REFILL ? 0 : i == SD_STAT_ALLOC_DIRECT ? 1 : 2;
+}
+
+static inline unsigned long *counter_of(unsigned cpu, uint16_t id, unsigned k)
+{
+    return (unsigned long *)(base + ((size_t)cpu << PCPU_REGION_SHIFT) + PCPU_STATS_OFF) +
+           (size_t)id * PCPU_NSTATS + k;
+}
+
+static inline unsigned long *stat_of(unsigned cpu, uint16_t id, enum sd_stat i)
+{
+    return counter_of(cpu, id, stat_slot(i));
+}
+
+static unsigned long counter_sum(uint16_t id, unsigned k)
+{
+    unsigned long n = 0;
+    for (unsigned cpu = 0; cpu < ncpu; cpu++)
+        n += __atomic_load_n(counter_of(cpu, id, k), __ATOMIC_ACQUIRE);
+    return n;
+}
+
+void pcpu_stat_add(uint16_t id, enum sd_stat i, unsigned long n)
+{
+    /* This CPU's line: shared only by the threads that run here. */
+    unsigned cpu = __atomic_load_n(&rseq_self()->cpu_id_start, __ATOMIC_RELAXED);
+    __atomic_fetch_add(stat_of(cpu < ncpu ? cpu : 0, id, i), n, __ATOMIC_RELAXED);
+}
+
+unsigned long pcpu_stat_sum(uint16_t id, enum sd_stat i)
+{
+    unsigned long n = 0;
+    if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE) || id >= SD_MAX_CACHES)
+        return 0;
+    for (unsigned cpu = 0; cpu < ncpu; cpu++)
+        n += __atomic_load_n(stat_of(cpu, id, i), __ATOMIC_RELAXED);
+    return n;
+}
+
+static size_t hdr_cached(const struct pcpu_hdr *h)
+{
+    struct pcpu_hdr v;
+    uint64_t w = __atomic_load_n((const uint64_t *)h, __ATOMIC_RELAXED);
+    memcpy(&v, &w, sizeof v);
+    if (v.begin == 0xffff || v.cur < v.begin)   /* locked: being drained */
+        return 0;
+    return (size_t)(v.cur - v.begin);
+}
+
+size_t pcpu_cached(uint16_t id)
+{
+    size_t n = 0;
+    if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE) || id >= SD_MAX_CACHES ||
+        !__atomic_load_n(&id_cap[id], __ATOMIC_ACQUIRE))
+        return 0;
+    for (unsigned cpu = 0; cpu < ncpu; cpu++)
+        n += hdr_cached(hdr_of(cpu, id));
+    return n;
+}
+
+size_t pcpu_cpu_bytes(unsigned cpu)
+{
+    size_t bytes = 0;
+    if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE) || cpu >= ncpu)
+        return 0;
+    unsigned hi = __atomic_load_n(&id_hi, __ATOMIC_ACQUIRE);
+    for (unsigned id = 0; id < hi; id++) {
+        struct sd_cache *c = __atomic_load_n(&sd_caches[id], __ATOMIC_ACQUIRE);
+        if (c && __atomic_load_n(&id_cap[id], __ATOMIC_ACQUIRE))
+            bytes += hdr_cached(hdr_of(cpu, id)) * c->size;
+    }
+    return bytes;
+}
+
+void pcpu_get_info(struct pcpu_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->on = __atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE);
+    out->ncpu = ncpu;
+    out->budget_bytes = (size_t)sd_opt.percpu_kb << 10;
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        out->bound_bytes += (size_t)cap_for(sizeclass_size[i]) * sizeclass_size[i];
+}
+
+/* ---------------------------------------------------------------- */
+/* Slow paths                                                        */
+
+void *pcpu_alloc_slow(struct sd_cache *c)
+{
+    struct tcache *t = &sd_tc;
+    tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
+    if (unlikely(c->debug))
+        return debug_alloc(c);
+    struct rseq_area *rs = rseq_self();
+    unsigned cpu = __atomic_load_n(&rs->cpu_id_start, __ATOMIC_RELAXED);
+    struct pcpu_hdr *h = hdr_of(cpu, c->id);
+    uint32_t bounds = __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED);
+    if (!bounds) {                              /* first use on this CPU */
+        if (!hdr_setup(c, cpu))
+            return cache_alloc_direct(c, NULL, 0);
+        void *p = pcpu_pop(t->pcpu, rs, c->id);
+        if (p)
+            return p;
+        bounds = __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED);
+    }
+    if (bounds == PCPU_LOCKED_BOUNDS)           /* a drain is under way */
+        return cache_alloc_direct(c, NULL, 0);
+    /* Refill half the stack from the slabs; the first object is ours. */
+    unsigned want = h->cap / 2 + 1, got;
+    void *buf[CAP_MAX / 2 + 1];
+    struct slab *src = cache_take_refill(c, buf, want, &got);
+    if (!src) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    pcpu_stat_add(c->id, SD_STAT_ALLOC_REFILL, 1);
+    if (got > 1) {
+        /* The slab hands objects out in address order (a resequenced
+         * freelist): the stack must pop them in that order too. */
+        for (unsigned i = 1, j = got - 1; i < j; i++, j--) {
+            void *x = buf[i];
+            buf[i] = buf[j];
+            buf[j] = x;
+        }
+        unsigned pushed = pcpu_push_n(t->pcpu, rs, c->id, buf + 1, got - 1);
+        if (pushed < got - 1)                   /* migrated, or another thread filled it */
+            cache_return_objects(buf + 1 + pushed, got - 1 - pushed, "malloc");
+    }
+    /* Every object is on a stack or back on src: a vacate waiting for
+     * src may go on.  buf[0] is still ours, so src cannot be empty and
+     * released under this store. */
+    __atomic_fetch_sub(&src->feeding, 1, __ATOMIC_RELEASE);
+    return buf[0];
+}
+
+void pcpu_free_slow(struct slab *s, void *p, const char *call, int why)
+{
+    struct tcache *t = &sd_tc;
+    tcache_check_get(call);
+    if (why == 2)
+        report_double_free(call, p, s->cache);
+    unsigned id = __atomic_load_n(&s->fbin, __ATOMIC_RELAXED);
+    struct sd_cache *c = id < SD_MAX_CACHES ? s->cache : NULL;
+    if (!c || c->debug || c->dead) {            /* frozen, meshed, empty, debug... */
+        cache_free_slow(s, p, call);
+        return;
+    }
+    struct rseq_area *rs = rseq_self();
+    unsigned cpu = __atomic_load_n(&rs->cpu_id_start, __ATOMIC_RELAXED);
+    struct pcpu_hdr *h = hdr_of(cpu, id);
+    uint32_t bounds = __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED);
+    if (!bounds) {
+        int r = hdr_setup(c, cpu) ? pcpu_push(t->pcpu, rs, s, offsetof(struct slab, fbin), p) : 1;
+        if (r == 2)
+            report_double_free(call, p, c);
+        if (r)
+            cache_free_slow(s, p, call);
+        return;
+    }
+    if (bounds == PCPU_LOCKED_BOUNDS) {
+        cache_free_slow(s, p, call);
+        return;
+    }
+    /* Full: half of the stack, and p, go back to their slabs.  While they
+     * are on the way they are on no stack and no freelist: the batch is
+     * counted as begun and ended, and a vacate waits for the two counts
+     * to meet (pcpu_quiesce). */
+    void *buf[CAP_MAX / 2 + 1];
+    __atomic_fetch_add(counter_of(cpu, (uint16_t)id, LIMBO_BEGIN), 1, __ATOMIC_SEQ_CST);
+    unsigned n = pcpu_pop_n(t->pcpu, rs, id, buf, h->cap / 2 ? h->cap / 2 : 1);
+    buf[n++] = p;
+    pcpu_stat_add(c->id, SD_STAT_FREE_REMOTE, 1);
+    cache_return_objects(buf, n, call);
+    __atomic_fetch_add(counter_of(cpu, (uint16_t)id, LIMBO_END), 1, __ATOMIC_RELEASE);
+}
+
+/* ---------------------------------------------------------------- */
+/* Draining other CPUs                                               */
+
+void pcpu_drain(const struct sd_cache *only)
+{
+    if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE))
+        return;
+    sd_mutex_lock(&pcpu_lock);
+    unsigned lo = only ? only->id : 0;
+    unsigned hi = only ? only->id + 1u : id_hi;
+    int any = 0;
+    for (unsigned cpu = 0; cpu < ncpu; cpu++)
+        for (unsigned id = lo; id < hi; id++) {
+            if (id_cap[id] == 0 || id_cap[id] == PCPU_NO_SLOTS)
+                continue;
+            /* Every header that is set up, even an empty one: a push that
+             * read the bounds (and a frozen slab's old fbin) before this
+             * store may still commit after it, until the fence. */
+            struct pcpu_hdr *h = hdr_of(cpu, id);
+            if (!__atomic_load_n(bounds_of(h), __ATOMIC_RELAXED))
+                continue;               /* not set up: nothing can push */
+            __atomic_store_n(bounds_of(h), PCPU_LOCKED_BOUNDS, __ATOMIC_RELAXED);
+            any = 1;
+        }
+    if (any && rseq_fence() == 0) {
+        /* No push or pop that read the old bounds can commit now; the
+         * stacks are ours until the bounds are back. */
+        for (unsigned cpu = 0; cpu < ncpu; cpu++)
+            for (unsigned id = lo; id < hi; id++) {
+                struct pcpu_hdr *h = hdr_of(cpu, id);
+                if (id_cap[id] == 0 || id_cap[id] == PCPU_NO_SLOTS ||
+                    __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED) != PCPU_LOCKED_BOUNDS)
+                    continue;
+                uint16_t b = id_begin[id];
+                unsigned n = (unsigned)(h->cur - b);
+                if (n)
+                    cache_return_objects(slots_of(cpu) + b, n, "free");
+                __atomic_store_n(&h->cur, b, __ATOMIC_RELAXED);
+                __atomic_store_n(bounds_of(h),
+                                 (uint32_t)b | (uint32_t)(b + id_cap[id]) << 16,
+                                 __ATOMIC_RELEASE);
+            }
+    } else if (any) {
+        /* No fence (cannot happen once registered): unlock untouched. */
+        for (unsigned cpu = 0; cpu < ncpu; cpu++)
+            for (unsigned id = lo; id < hi; id++) {
+                struct pcpu_hdr *h = hdr_of(cpu, id);
+                if (id_cap[id] && id_cap[id] != PCPU_NO_SLOTS &&
+                    __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED) == PCPU_LOCKED_BOUNDS)
+                    __atomic_store_n(bounds_of(h),
+                                     (uint32_t)id_begin[id] |
+                                     (uint32_t)(id_begin[id] + id_cap[id]) << 16,
+                                     __ATOMIC_RELEASE);
+            }
+    }
+    sd_mutex_unlock(&pcpu_lock);
+}
+
+int pcpu_quiesce(const struct sd_cache *c, struct slab *s)
+{
+    if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE))
+        return 1;
+    pcpu_drain(c);
+    for (unsigned i = 0;; i++) {
+        /* Ends first, then begins: equal means that at some instant in
+         * between no batch was on its way (both only grow). */
+        unsigned long ended = counter_sum(c->id, LIMBO_END);
+        unsigned long begun = counter_sum(c->id, LIMBO_BEGIN);
+        if (ended == begun && !__atomic_load_n(&s->feeding, __ATOMIC_ACQUIRE))
+            break;
+        if (i == 2000)
+            return 0;                   /* about 20 ms: a thread was preempted */
+        if (i < 64)
+            __builtin_ia32_pause();
+        else
+            os_sleep_us(10);
+    }
+    /* A refill may have pushed objects of s after the first drain. */
+    pcpu_drain(c);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- */
+/* Fork                                                              */
+
+void pcpu_lock_fork(void)
+{
+    sd_mutex_lock(&pcpu_lock);
+}
+
+void pcpu_unlock_fork(int child)
+{
+    if (child) {
+        sd_mutex_reset_child(&pcpu_lock);
+        if (sd_pcpu_on)
+            rseq_after_fork_child();
+    } else {
+        sd_mutex_unlock(&pcpu_lock);
+    }
+}
