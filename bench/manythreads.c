@@ -32,8 +32,8 @@
  *
  * Output: a human line on stdout; on stderr `threads=`, `baseline_rss_kb=`
  * (main, before any thread), `parked_rss_kb=` (VmRSS with every thread
- * parked), `live_bytes=` (requested bytes of the survivors, summed),
- * `live_blocks=`, `rss_per_live=` (parked RSS / live bytes, raw),
+ * parked), `live_bytes=` (requested bytes of the survivors, summed;
+ * `live_mib=` the same in MiB), `live_blocks=`, `rss_per_live=` (parked RSS / live bytes, raw),
  * `heap_rss_per_live=` ((parked RSS - baseline RSS) / live bytes),
  * `time_s=` (start of the first thread until all are parked),
  * `final_rss_kb=` (= parked_rss_kb: scripts/compare's "final" column is
@@ -174,6 +174,7 @@ int main(int argc, char **argv)
     bu_kv_long("baseline_rss_kb", baseline);
     bu_kv_long("parked_rss_kb", rss);
     bu_kv_long("live_bytes", (long long)live);
+    fprintf(stderr, "live_mib=%.2f\n", live / 1048576.0);
     bu_kv_long("live_blocks", blocks);
     bu_kv_double("rss_per_live", ratio);
     bu_kv_double("heap_rss_per_live", heap_ratio);
