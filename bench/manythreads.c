@@ -33,7 +33,8 @@
  * Output: a human line on stdout; on stderr `threads=`, `baseline_rss_kb=`
  * (main, before any thread), `parked_rss_kb=` (VmRSS with every thread
  * parked), `live_bytes=` (requested bytes of the survivors, summed;
- * `live_mib=` the same in MiB), `live_blocks=`, `rss_per_live=` (parked RSS / live bytes, raw),
+ * `live_mib=` the same in MiB), `live_blocks=`, `rss_per_live=` (parked
+ * RSS / live bytes, raw),
  * `heap_rss_per_live=` ((parked RSS - baseline RSS) / live bytes),
  * `time_s=` (start of the first thread until all are parked),
  * `final_rss_kb=` (= parked_rss_kb: scripts/compare's "final" column is
