@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
+#include <unistd.h>
 
 static inline double bu_now(void)
 {
@@ -114,6 +116,51 @@ static inline void bu_die(const char *prog, const char *msg)
 {
     fprintf(stderr, "%s: %s\n", prog, msg);
     exit(1);
+}
+
+/* Online CPUs (at least 1): the default thread count of the workloads. */
+static inline int bu_ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* pthread_create with a stack of stack_kb KiB (0: the default); dies with
+ * a message naming prog on failure. */
+static inline void bu_thread(const char *prog, pthread_t *t, size_t stack_kb,
+                             void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    if (stack_kb && pthread_attr_setstacksize(&at, stack_kb * 1024))
+        bu_die(prog, "pthread_attr_setstacksize failed (stack too small?)");
+    if (pthread_create(t, &at, fn, arg))
+        bu_die(prog, "pthread_create failed (too many threads?)");
+    pthread_attr_destroy(&at);
+}
+
+/* Tag a block of n >= 1 bytes: its first and last byte get n's low byte.
+ * bu_check() verifies the tag before the block is freed, so an allocator
+ * that hands out overlapping blocks is caught. */
+static inline void bu_tag(char *p, size_t n)
+{
+    p[0] = (char)n;
+    p[n - 1] = (char)n;
+}
+
+static inline void bu_check(const char *prog, const char *p, size_t n)
+{
+    if (p[0] != (char)n || p[n - 1] != (char)n)
+        bu_die(prog, "a live block was overwritten (allocator bug?)");
+}
+
+/* The figures of a speed workload: its own timed phase (time_s, which
+ * scripts/compare uses for the time ratios) and ops_per_s, where an op is
+ * one malloc or one free call. */
+static inline void bu_speed(double ops, double sec)
+{
+    bu_kv_double("time_s", sec);
+    bu_kv_double("ops_per_s", sec > 0 ? ops / sec : 0.0);
 }
 
 #endif

@@ -13,7 +13,12 @@
 #   - the printed tables have a row for each of them, with no FAILED;
 #   - samples.csv, summary.csv and tables.txt exist and are not empty;
 #   - with gnuplot installed, throughput.png and frag.png exist; without
-#     it, compare printed its `apt-get install gnuplot-nox` line.
+#     it, compare printed its `apt-get install gnuplot-nox` line;
+#   - the group percpu (larson, churn-1, churn-n, xthread, stchurn,
+#     manythreads-2/64/256/1024) at its --quick sizes runs once under
+#     slabdefrag alone and every run succeeds (a correctness smoke test:
+#     the workloads check every block before freeing it), manythreads
+#     reports RSS/live, and the speed summary line is printed.
 # The allocators other than slabdefrag come from Debian packages that
 # scripts/setup installs; a missing one fails the test with its name.
 set -euo pipefail
@@ -66,4 +71,21 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
   grep -q 'apt-get install gnuplot-nox' "$tmp/stdout" || fail "no gnuplot hint line"
 fi
+
+# The percpu group, tiny sizes, slabdefrag only.
+rc=0
+"$root/scripts/compare" --quick --no-setup --lib "$lib" --out "$tmp/pc" \
+  --workloads percpu --allocators slabdefrag >"$tmp/pc.stdout" 2>"$tmp/pc.stderr" || rc=$?
+if [ "$rc" != 0 ]; then
+  cat "$tmp/pc.stdout"
+  sed 's/^/  stderr: /' "$tmp/pc.stderr" | tail -20 >&2
+  fail "scripts/compare --quick --workloads percpu exited with $rc"
+fi
+for w in larson churn-1 churn-n xthread stchurn manythreads-2 manythreads-64 \
+         manythreads-256 manythreads-1024; do
+  grep -q "^$w,slabdefrag,1,ok," "$tmp/pc/runs.csv" || fail "percpu: no ok row for $w"
+done
+grep -q '^manythreads-1024,slabdefrag,1,ok,.*rss_per_live=' "$tmp/pc/runs.csv" ||
+  fail "percpu: manythreads-1024 reported no rss_per_live"
+grep -q '^== speed summary' "$tmp/pc.stdout" || fail "percpu: no speed summary line"
 echo "quick.sh: ok"
