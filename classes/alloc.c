@@ -358,7 +358,8 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
         sd_mutex_lock(&c->list_lock);
         for (struct sd_list *l = c->partial.next; l != &c->partial; l = l->next) {
             struct slab *x = list_entry(l, struct slab, link);
-            if (x->feeding == UINT8_MAX || !sd_spin_trylock(&x->lock))
+            if (__atomic_load_n(&x->feeding, __ATOMIC_RELAXED) == UINT8_MAX ||
+                !sd_spin_trylock(&x->lock))
                 continue;
             s = x;
             *got = slab_take_locked(c, s, out, n);

@@ -487,7 +487,11 @@ void cache_usage(struct sd_cache *c, struct cache_usage *u)
 static void slab_lock_one(struct slab *s, void *arg) { sd_spin_lock(&s->lock); }
 static void slab_unlock_one(struct slab *s, void *arg)
 {
-    __atomic_store_n(&s->lock.holder, 0, __ATOMIC_RELEASE);
+    /* Not sd_spin_unlock: the holder was the forking thread (another tid
+     * in the child); but wake the sleepers the parent's threads left. */
+    uint32_t was = __atomic_exchange_n(&s->lock.holder, 0, __ATOMIC_RELEASE);
+    if (was & SD_SPIN_WAITERS)
+        sd_spin_wake(&s->lock);
 }
 
 void cache_lock_all(void)

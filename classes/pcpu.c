@@ -6,13 +6,13 @@
  * 72 (28 KiB by default), as a stack of cap = share / size objects,
  * between 2 and 256: 256 objects of 16..112 B, 28 of 1 KiB, 2 of 14..32
  * KiB.  The bound this gives (the sum of cap x size over the classes,
- * printed by the statistics) is 2.2 MiB per CPU by default; typed caches
+ * printed by the statistics) is 2070 KiB per CPU by default; typed caches
  * add their own share each.  Why that much: it is what jemalloc keeps per
  * thread in its tcache (about 200 small objects per class) and less than
  * tcmalloc's 3 MiB per CPU, and the refill and drain batches (cap / 2)
  * stay long enough that the slab locks are taken about once per 16..128
  * operations of the small classes that dominate most programs.  A thread
- * keeps nothing of it: 1,024 threads on 2 CPUs cache at most 4.4 MiB.
+ * keeps nothing of it: 1,024 threads on 2 CPUs cache at most about 4 MiB.
  *
  * Slot ranges: every cache id gets the same range [begin, begin + cap) of
  * every CPU's slot array, at its first use, from one bump pointer.  When
@@ -303,6 +303,8 @@ void *pcpu_alloc_slow(struct sd_cache *c)
             buf[i] = buf[j];
             buf[j] = x;
         }
+        for (unsigned i = 1; i < got; i++)
+            pcpu_tsan_release(buf[i]);
         unsigned pushed = pcpu_push_n(t->pcpu, rs, c->id, buf + 1, got - 1);
         if (pushed < got - 1)                   /* migrated, or another thread filled it */
             cache_return_objects(buf + 1 + pushed, got - 1 - pushed, "malloc");
@@ -349,6 +351,8 @@ void pcpu_free_slow(struct slab *s, void *p, const char *call, int why)
     void *buf[CAP_MAX / 2 + 1];
     __atomic_fetch_add(counter_of(cpu, (uint16_t)id, LIMBO_BEGIN), 1, __ATOMIC_SEQ_CST);
     unsigned n = pcpu_pop_n(t->pcpu, rs, id, buf, h->cap / 2 ? h->cap / 2 : 1);
+    for (unsigned i = 0; i < n; i++)
+        pcpu_tsan_acquire(buf[i]);
     buf[n++] = p;
     pcpu_stat_add(c->id, SD_STAT_FREE_REMOTE, 1);
     cache_return_objects(buf, n, call);
@@ -390,6 +394,8 @@ void pcpu_drain(const struct sd_cache *only)
                     continue;
                 uint16_t b = id_begin[id];
                 unsigned n = (unsigned)(h->cur - b);
+                for (unsigned i = 0; i < n; i++)
+                    pcpu_tsan_acquire(slots_of(cpu)[b + i]);
                 if (n)
                     cache_return_objects(slots_of(cpu) + b, n, "free");
                 __atomic_store_n(&h->cur, b, __ATOMIC_RELAXED);

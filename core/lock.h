@@ -1,11 +1,16 @@
 /*
  * core/lock.h - the allocator's two lock types.
  *
- * sd_spin:  a per-slab spinlock that records its holder's thread id, so
+ * sd_spin:  a per-slab lock that records its holder's thread id, so
  *           that a thread taking a slab lock it already holds (a get()
  *           callback freeing an object of the slab being vacated) is
  *           reported by name instead of deadlocking.  Held for a handful
  *           of instructions, never across a callback other than get().
+ *           Taken with one compare-and-swap; contended, it spins a
+ *           little, then sleeps on a futex (the WAITERS bit asks the
+ *           unlock to wake one): a holder preempted on a 2-core machine
+ *           costs its waiters a sleep, not a storm of sched_yield calls,
+ *           and a get() that runs long holds the slab's freers asleep.
  * sd_mutex: a pthread mutex (futex based, no allocation, statically
  *           initialisable) for the per-cache list locks and the global
  *           registries, where holders may wait.
@@ -32,8 +37,11 @@
 #endif
 
 typedef struct {
-    uint32_t holder;            /* tid of the holder, 0 when free */
+    uint32_t holder;            /* tid of the holder, 0 when free; and
+                                   SD_SPIN_WAITERS while someone sleeps */
 } sd_spin;
+
+#define SD_SPIN_WAITERS 0x80000000u     /* tids stay below 2^22 (pid_max) */
 
 #define SD_SPIN_INIT { 0 }
 
@@ -49,33 +57,32 @@ static inline int sd_spin_trylock(sd_spin *l)
                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
 }
 
+/* The contended paths (core/lock.c). */
+void sd_spin_lock_slow(sd_spin *l, uint32_t me) __attribute__((noinline));
+void sd_spin_wake(sd_spin *l) __attribute__((noinline));
+
 static inline void sd_spin_lock(sd_spin *l)
 {
-    uint32_t me = sd_self_tid();
-    for (unsigned spins = 0;; spins++) {
-        uint32_t expect = 0;
-        if (likely(__atomic_compare_exchange_n(&l->holder, &expect, me, 0,
-                                               __ATOMIC_ACQUIRE,
-                                               __ATOMIC_RELAXED)))
-            return;
-        if (unlikely(expect == me))
-            sd_spin_self_deadlock(l);
-        if (spins < 64)
-            __builtin_ia32_pause();
-        else
-            sched_yield();
-    }
+    uint32_t me = sd_self_tid(), expect = 0;
+    if (likely(__atomic_compare_exchange_n(&l->holder, &expect, me, 0,
+                                           __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+        return;
+    sd_spin_lock_slow(l, me);
 }
 
 static inline void sd_spin_unlock(sd_spin *l)
 {
-    SD_ASSERT(__atomic_load_n(&l->holder, __ATOMIC_RELAXED) == sd_self_tid());
-    __atomic_store_n(&l->holder, 0, __ATOMIC_RELEASE);
+    SD_ASSERT((__atomic_load_n(&l->holder, __ATOMIC_RELAXED) & ~SD_SPIN_WAITERS) ==
+              sd_self_tid());
+    uint32_t was = __atomic_exchange_n(&l->holder, 0, __ATOMIC_RELEASE);
+    if (unlikely(was & SD_SPIN_WAITERS))
+        sd_spin_wake(l);
 }
 
 static inline int sd_spin_held(const sd_spin *l)
 {
-    return __atomic_load_n(&l->holder, __ATOMIC_RELAXED) == sd_self_tid();
+    return (__atomic_load_n(&l->holder, __ATOMIC_RELAXED) & ~SD_SPIN_WAITERS) ==
+           sd_self_tid();
 }
 
 typedef struct {
