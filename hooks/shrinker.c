@@ -82,6 +82,14 @@ static int shut_down;                        /* exit is under way: start nothing
 static int parked;                           /* no program thread is left: start nothing */
 static int resume;                           /* start it when unparked */
 static int wake_fd = -1;
+/* The pressure files the thread polls, opened once per process and never
+ * closed: closing a PSI trigger waits for an RCU grace period (8-12 ms
+ * measured), and a thread that closed them on its way out would keep a
+ * park's bounded join or exit's join waiting that long.  The kernel closes
+ * them with the process. */
+static int psi_fd = -1, cg_fd = -1;
+static size_t cg_high;                       /* our cgroup's memory.high (bytes), 0: none */
+static int watch_open;                       /* psi_fd and cg_fd were opened */
 static int control_fd = -1;
 static void (*control_ready)(int fd);
 static unsigned cursor;                      /* next cache to shrink */
@@ -218,9 +226,8 @@ static int leave(int anyway)
 void *shrinker_main(void *arg)
 {
     struct pollfd fds[4];
-    size_t high = 0;
-    int psi = sd_opt.psi ? psi_open() : -1;
-    int cg = sd_opt.psi ? cgroup_events_open(&high) : -1;
+    int psi = psi_fd, cg = cg_fd;
+    size_t high = cg_high;
     for (;;) {
         int n = 0;
         fds[n++] = (struct pollfd){ .fd = wake_fd, .events = POLLIN };
@@ -271,8 +278,6 @@ void *shrinker_main(void *arg)
         if (do_pass)
             pass(do_pass == 2);
     }
-    if (psi >= 0) close(psi);
-    if (cg >= 0) close(cg);
     return NULL;
 }
 
@@ -328,6 +333,11 @@ static void start_locked(void)
     }
     if (wake_fd < 0)
         wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!watch_open && sd_opt.psi) {
+        psi_fd = psi_open();
+        cg_fd = cgroup_events_open(&cg_high);
+    }
+    watch_open = 1;
     if (wake_fd >= 0 && create_thread_locked() == 0) {
         __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
         stats.running = 1;
@@ -442,6 +452,18 @@ void shrinker_after_fork_child(void)
      * parked parent would resume) is started again. */
     int was = (running && !stopping && !shut_down) || (parked && resume);
     running = stopping = leaving = shut_down = parked = resume = 0;
+    /* The files shared with the parent: a wake would reach its thread, and
+     * the two would take each other's pressure events.  Closing our copies
+     * leaves the parent's open. */
+    if (wake_fd >= 0)
+        close(wake_fd);
+    if (psi_fd >= 0)
+        close(psi_fd);
+    if (cg_fd >= 0)
+        close(cg_fd);
+    wake_fd = psi_fd = cg_fd = -1;
+    cg_high = 0;
+    watch_open = 0;
     control_fd = -1;                /* the parent's; the child opens its own */
     control_ready = NULL;
     stats.running = 0;

@@ -30,8 +30,10 @@
  *                 and leaves SIGSEGV, SIGBUS, SIGFPE and SIGILL unblocked
  *   threads       the process has one thread (no shrinker was asked for)
  *
- * Lines on stdout are the same under glibc and slabdefrag; diagnostics go
- * to stderr.  A failed check prints "FAIL ..." and exits 1.
+ * The atexit handler says whether it runs in a thread that blocks SIGTERM
+ * (the program never does: that would be the allocator's thread).  Lines
+ * on stdout are the same under glibc and slabdefrag; diagnostics go to
+ * stderr.  A failed check prints "FAIL ..." and exits 1.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -73,9 +75,18 @@ static void say(const char *line)
     if (write(1, line, n) != (ssize_t)n) { /* nothing to do */ }
 }
 
+/* The handler runs in the thread that ended the process: under glibc the
+ * program's last one, whose mask the program chose (it never blocks
+ * SIGTERM).  A thread that blocks it would be the allocator's. */
 static void on_exit_handler(void)
 {
-    say(getpid() == main_pid ? "atexit: parent\n" : "atexit: child\n");
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    if (sigismember(&cur, SIGTERM))
+        say(getpid() == main_pid ? "atexit: parent, SIGTERM blocked\n"
+                                 : "atexit: child, SIGTERM blocked\n");
+    else
+        say(getpid() == main_pid ? "atexit: parent\n" : "atexit: child\n");
 }
 
 /* Allocate and free a mixed heap, so that the shrinker has slabs to look
