@@ -76,7 +76,7 @@ static sd_mutex lock = SD_MUTEX_INIT;
 static pthread_cond_t left = PTHREAD_COND_INITIALIZER;  /* `leaving` was set, or `stopping` cleared */
 static pthread_t thread;
 static int running;                          /* a thread exists that nobody has joined */
-static int stopping;                         /* it is asked to leave its loop */
+static int stopping;                         /* it is asked to leave its loop (read unlocked) */
 static int leaving;                          /* it has left its loop for good */
 static int shut_down;                        /* exit is under way: start nothing */
 static int parked;                           /* no program thread is left: start nothing */
@@ -215,7 +215,7 @@ static int leave(int anyway)
     sd_mutex_lock(&lock);
     int out = stopping || anyway;
     if (out) {
-        stopping = 1;
+        __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
         leaving = 1;
         pthread_cond_broadcast(&left);
     }
@@ -322,14 +322,16 @@ static void start_locked(void)
     }
     if (running && !leaving) {
         if (stopping) {         /* parked and unparked before it left */
-            stopping = 0;
+            __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
             pthread_cond_broadcast(&left);
         }
         return;
     }
     if (running) {              /* leaving: it is out of its loop, the join is short */
         pthread_join(thread, NULL);
-        running = leaving = stopping = 0;
+        __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
+        leaving = 0;
     }
     if (wake_fd < 0)
         wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -356,7 +358,7 @@ static int stop_locked(uint64_t deadline_ns)
     if (pthread_equal(thread, pthread_self()))
         return 0;
     if (!stopping) {
-        stopping = 1;
+        __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
         wake_thread();
     }
     /* The waits are cancellation points; the callers are at exit or in a
@@ -382,7 +384,8 @@ static int stop_locked(uint64_t deadline_ns)
     if (gone) {
         pthread_join(thread, NULL);
         __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
-        leaving = stopping = 0;
+        __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
+        leaving = 0;
         stats.running = 0;
     }
     pthread_setcancelstate(cs, NULL);

@@ -18,6 +18,9 @@
  *   cancel        main cancels a sleeping worker, then calls pthread_exit
  *   many          64 short threads, each starting another, main gone first
  *   c11           thrd_create / thrd_exit
+ *   late-thread   main, the only thread, calls pthread_exit; a TSD
+ *                 destructor of main starts a thread, which allocates and
+ *                 ends the process
  *   fork          a worker forks; in the child that thread starts and joins
  *                 a thread, then returns: the child ends (status 0, its
  *                 atexit handler runs); the parent's worker waits for it
@@ -235,6 +238,31 @@ static void case_c11(void)
     thrd_exit(0);
 }
 
+/* A thread started while main ends, after every other thread is gone
+ * (the allocator's count of threads went to 0 and back to 1). */
+static pthread_key_t late_key;
+
+static void *late_worker(void *arg)
+{
+    sleep_ms(50);
+    churn(8);
+    return arg;
+}
+
+static void late_destructor(void *v)
+{
+    pthread_t t;
+    start(&t, late_worker, NULL);
+    CHECK(!pthread_detach(t), "pthread_detach");
+}
+
+static void case_late_thread(void)
+{
+    CHECK(!pthread_key_create(&late_key, late_destructor), "pthread_key_create");
+    CHECK(!pthread_setspecific(late_key, &late_key), "pthread_setspecific");
+    pthread_exit(NULL);
+}
+
 /* ---------------------------------------------------------------- */
 /* Fork from a secondary thread                                      */
 
@@ -411,6 +439,8 @@ int main(int argc, char **argv)
         case_many();
     else if (!strcmp(c, "c11"))
         case_c11();
+    else if (!strcmp(c, "late-thread"))
+        case_late_thread();
     else if (!strcmp(c, "fork"))
         case_fork();
     else if (!strcmp(c, "exit-code"))
