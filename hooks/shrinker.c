@@ -81,6 +81,8 @@ static int leaving;                          /* it has left its loop for good */
 static int shut_down;                        /* exit is under way: start nothing */
 static int parked;                           /* no program thread is left: start nothing */
 static int resume;                           /* start it when unparked */
+static int abandoned;                        /* a park stopped waiting for it */
+static sigset_t park_mask;                   /* the signal mask of the thread that parked */
 static int wake_fd = -1;
 /* The pressure files the thread polls, opened once per process and never
  * closed: closing a PSI trigger waits for an RCU grace period (8-12 ms
@@ -209,17 +211,27 @@ static int psi_open(void)
 
 /* Leave the loop if asked to (or `anyway`: poll failed), unless asked
  * back meanwhile (shrinker_unpark).  After this returns 1 the thread
- * touches no shared state. */
+ * touches no shared state.
+ * A thread that a park stopped waiting for is likely to be the process's
+ * last: glibc's exit(0) and the atexit handlers will run here.  It takes
+ * the mask of the program's last thread first, so that the handlers run
+ * with the signals the program expects (a SIGTERM during a long handler
+ * still ends the process).  Only then: while a program thread is waiting
+ * in shrinker_park, every signal must stay its own. */
 static int leave(int anyway)
 {
     sd_mutex_lock(&lock);
     int out = stopping || anyway;
+    int own = out && parked && abandoned;
+    sigset_t mask = park_mask;
     if (out) {
         __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
         leaving = 1;
         pthread_cond_broadcast(&left);
     }
     sd_mutex_unlock(&lock);
+    if (own)
+        pthread_sigmask(SIG_SETMASK, &mask, NULL);
     return out;
 }
 
@@ -323,6 +335,7 @@ static void start_locked(void)
     if (running && !leaving) {
         if (stopping) {         /* parked and unparked before it left */
             __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
+            abandoned = 0;
             pthread_cond_broadcast(&left);
         }
         return;
@@ -331,7 +344,7 @@ static void start_locked(void)
         pthread_join(thread, NULL);
         __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
-        leaving = 0;
+        leaving = abandoned = 0;
     }
     if (wake_fd < 0)
         wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -386,7 +399,10 @@ static int stop_locked(uint64_t deadline_ns)
         __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
         leaving = 0;
+        abandoned = 0;
         stats.running = 0;
+    } else if (stopping && running) {
+        abandoned = 1;          /* it leaves on its own */
     }
     pthread_setcancelstate(cs, NULL);
     return gone;
@@ -426,6 +442,7 @@ void shrinker_park(void)
     if (!parked && !shut_down) {
         parked = 1;
         resume = running && !stopping;
+        pthread_sigmask(SIG_BLOCK, NULL, &park_mask);
         /* A thread that is asleep leaves at once; one in a pass finishes
          * it first (its budget, plus what kick() callbacks overrun). */
         uint64_t wait_ms = sd_opt.pass_budget_ms + PARK_WAIT_MS;
@@ -454,7 +471,7 @@ void shrinker_after_fork_child(void)
     /* The child has no thread: the parent's running one (or the one a
      * parked parent would resume) is started again. */
     int was = (running && !stopping && !shut_down) || (parked && resume);
-    running = stopping = leaving = shut_down = parked = resume = 0;
+    running = stopping = leaving = shut_down = parked = resume = abandoned = 0;
     /* The files shared with the parent: a wake would reach its thread, and
      * the two would take each other's pressure events.  Closing our copies
      * leaves the parent's open. */

@@ -18,6 +18,11 @@
  *   cancel        main cancels a sleeping worker, then calls pthread_exit
  *   many          64 short threads, each starting another, main gone first
  *   c11           thrd_create / thrd_exit
+ *   slow-kick     with LIFETIME_CACHE=1: the cache's slabs are sparse
+ *                 and its kick() takes 400 ms; the last thread ends while
+ *                 the shrinker is in it, so the process ends when kick()
+ *                 returns, from the shrinker's thread (past the bound of
+ *                 its park), with the program's signal mask
  *   late-thread   main, the only thread, calls pthread_exit; a TSD
  *                 destructor of main starts a thread, which allocates and
  *                 ends the process
@@ -126,13 +131,19 @@ static void *item_get(sd_cache *s, int nr, void **objs)
     return NULL;
 }
 
+static int slow_kick;               /* the slow-kick case */
+static int kick_started;
+static sd_cache *item_cache;
+
 static void item_kick(sd_cache *s, int nr, void **objs, void *priv)
 {
+    if (slow_kick && !__atomic_exchange_n(&kick_started, 1, __ATOMIC_ACQ_REL))
+        sleep_ms(400);
 }
 
 static const struct sd_cache_ops item_ops = { item_get, item_kick };
 
-static void maybe_cache(void)
+static void maybe_cache(const char *case_)
 {
     const char *e = getenv("LIFETIME_CACHE");
     if (!e || strcmp(e, "1"))
@@ -148,6 +159,21 @@ static void maybe_cache(void)
     CHECK(c, "sd_cache_create: %s", strerror(errno));
     for (int i = 0; i < 1000; i++)
         CHECK(alloc(c), "sd_cache_alloc");     /* kept: live objects */
+    item_cache = c;
+    if (strcmp(case_, "slow-kick"))
+        return;
+    /* Sparse slabs: one object in 16 kept, for the shrink to vacate. */
+    typedef void free_fn(sd_cache *, void *);
+    free_fn *cfree_ = (free_fn *)dlsym(RTLD_DEFAULT, "sd_cache_free");
+    CHECK(cfree_, "sd_cache_free");
+    slow_kick = 1;
+    enum { N = 20000 };
+    static void *objs[N];
+    for (int i = 0; i < N; i++)
+        CHECK(objs[i] = alloc(c), "sd_cache_alloc");
+    for (int i = 0; i < N; i++)
+        if (i % 16)
+            cfree_(c, objs[i]);
 }
 
 /* ---------------------------------------------------------------- */
@@ -178,6 +204,18 @@ static void start(pthread_t *t, void *(*fn)(void *), void *arg)
 {
     int err = pthread_create(t, NULL, fn, arg);
     CHECK(!err, "pthread_create: %s", strerror(err));
+}
+
+/* Under slabdefrag with the cache: return once kick() has started. */
+static void *worker_after_kick(void *arg)
+{
+    if (!item_cache)
+        return worker_return(arg);      /* glibc: no shrinker, no kick */
+    for (int i = 0; i < 500 && !__atomic_load_n(&kick_started, __ATOMIC_ACQUIRE); i++)
+        sleep_ms(10);
+    CHECK(__atomic_load_n(&kick_started, __ATOMIC_ACQUIRE),
+          "the shrinker did not call kick() within 5 s");
+    return arg;
 }
 
 static void case_main_exits(void *(*fn)(void *), int detach)
@@ -425,7 +463,7 @@ int main(int argc, char **argv)
     CHECK(argc == 2, "usage: lifetime_prog CASE");
     main_pid = getpid();
     CHECK(!atexit(on_exit_handler), "atexit");
-    maybe_cache();
+    maybe_cache(argv[1]);
     const char *c = argv[1];
     if (!strcmp(c, "pthread-exit"))
         case_main_exits(worker_return, 0);
@@ -439,6 +477,8 @@ int main(int argc, char **argv)
         case_many();
     else if (!strcmp(c, "c11"))
         case_c11();
+    else if (!strcmp(c, "slow-kick"))
+        case_main_exits(worker_after_kick, 0);
     else if (!strcmp(c, "late-thread"))
         case_late_thread();
     else if (!strcmp(c, "fork"))
