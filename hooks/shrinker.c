@@ -36,7 +36,8 @@
  *     glibc's exit(0) runs its atexit handlers there, as without us.  The
  *     join is bounded (a pass, or a kick() waiting for that very thread,
  *     can take longer): past the bound the thread is left to finish on
- *     its own, and glibc's exit(0) comes from it instead.  While parked,
+ *     its own, and glibc's exit(0) comes from it instead, after it has
+ *     taken the signal mask of the program's last thread.  While parked,
  *     nothing starts a thread; a program thread that appears again (one
  *     started by a TSD destructor, or by a thread glibc created for
  *     SIGEV_THREAD, which is not counted) unparks it.

@@ -21,11 +21,13 @@
  *     before glibc counts it out, and costs nothing while it runs.
  *   - Joining makes the program's thread the process's last one.  Letting
  *     the shrinker return instead (and glibc's exit(0) come from it) would
- *     end the process too, but the atexit handlers would run in our thread,
- *     with every asynchronous signal blocked.  The join is bounded, since
- *     the shrinker may be in a kick() that waits for this very thread (for
- *     a later destructor of it, say); past the bound the shrinker finishes
- *     on its own, and then the exit(0) does come from it.
+ *     end the process too, but the atexit handlers would run in our
+ *     thread: with every asynchronous signal blocked, or, had it unblocked
+ *     them, with a moment in which it could take a signal while a program
+ *     thread still lives.  The join is bounded, since the shrinker may be
+ *     in a kick() that waits for this very thread (for a later destructor
+ *     of it, say); past the bound the shrinker finishes on its own, takes
+ *     the program's signal mask, and the exit(0) does come from it.
  *   - Counting tasks in /proc, or polling, would delay the end by an
  *     interval, and a thread cannot wait for another one's end otherwise.
  *
