@@ -20,6 +20,7 @@
 #include "control.h"
 #include "fmt.h"
 #include "large.h"
+#include "lifetime.h"
 #include "options.h"
 #include "segment.h"
 #include "shrinker.h"
@@ -27,7 +28,6 @@
 #include "stats.h"
 #include "syscalls.h"
 #include "tcache.h"
-#include "lifetime.h"
 
 static void fork_child(void)
 {
