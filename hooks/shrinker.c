@@ -3,8 +3,8 @@
  *
  * One thread, started lazily: when a cache with get/kick is created, when
  * sd_shrink_wake() is called, or at start-up when an option asks for it
- * (SLABDEFRAG_BACKGROUND, SLABDEFRAG_RSS_LIMIT_MB, SLABDEFRAG_CONTROL).
- * Never from inside malloc.  It sleeps in poll() on:
+ * (SLABDEFRAG_BACKGROUND, SLABDEFRAG_RSS_LIMIT_MB, SLABDEFRAG_CONTROL,
+ * SLABDEFRAG_MESH).  Never from inside malloc.  It sleeps in poll() on:
  *   - an eventfd (sd_shrink_wake, shutdown),
  *   - a PSI trigger on /proc/pressure/memory (150 ms of stall in 2 s),
  *   - the cgroup v2 memory.events file (a memory.high/max event),
@@ -17,6 +17,37 @@
  * candidates than it had time for, the next pass comes after 20 ms.
  * A pass walks the caches round-robin and stops when its time budget
  * (SLABDEFRAG_PASS_BUDGET_MS) is spent; the next pass resumes there.
+ *
+ * The thread is the allocator's, not the program's, so it changes nothing
+ * about how the program lives and dies:
+ *   - Signals.  It starts with every asynchronous signal blocked, so that
+ *     a signal sent to the process always goes to a thread of the program
+ *     (which may block it on purpose).  Synchronous ones (SIGSEGV, SIGBUS,
+ *     SIGFPE, SIGILL, SIGTRAP, SIGSYS) stay unblocked: a fault with its
+ *     signal blocked kills the process, and this thread writes the heap,
+ *     where the mesh and fork write barrier parks writers in a SIGSEGV
+ *     handler (core/arena.h).  glibc keeps its own SIGCANCEL and SIGSETXID
+ *     unblocked whatever the mask says.
+ *   - Life.  glibc ends a process with exit(0) when its last thread ends
+ *     (main having called pthread_exit), and this thread would be the
+ *     last forever.  preload/lifetime.c counts the program's threads; when
+ *     the last one ends, shrinker_park() asks this thread to leave its
+ *     loop and joins it, so that the program's thread is the last and
+ *     glibc's exit(0) runs its atexit handlers there, as without us.  The
+ *     join is bounded (a pass, or a kick() waiting for that very thread,
+ *     can take longer): past the bound the thread is left to finish on
+ *     its own, and glibc's exit(0) comes from it instead, after it has
+ *     taken the signal mask of the program's last thread.  While parked,
+ *     nothing starts a thread; a program thread that appears again (one
+ *     started by a TSD destructor, or by a thread glibc created for
+ *     SIGEV_THREAD, which is not counted) unparks it.
+ *   - Exit.  exit() stops and joins the thread (shrinker_stop, from the
+ *     library destructor): at most the rest of one bounded pass.  From the
+ *     thread itself (glibc's exit(0) above, or a kick() calling exit) it
+ *     is not joined.
+ *   - Fork.  The child has no thread; shrinker_after_fork_child starts one
+ *     if the parent's was running (the forking thread is the child's
+ *     program thread, counted by preload/lifetime.c).
  */
 #define _GNU_SOURCE
 #include "shrinker.h"
@@ -25,8 +56,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -38,15 +71,38 @@
 #include "tcache.h"
 #include "vacate.h"
 
-static sd_mutex lock = SD_MUTEX_INIT;       /* start/stop */
+/* The thread's life, under `lock`.  Once it has set `leaving` the thread
+ * takes `lock` no more, so it can be joined with `lock` held. */
+static sd_mutex lock = SD_MUTEX_INIT;
+static pthread_cond_t left = PTHREAD_COND_INITIALIZER;  /* `leaving` was set, or `stopping` cleared */
 static pthread_t thread;
-static int running, stopping;
+static int running;                          /* a thread exists that nobody has joined */
+static int stopping;                         /* it is asked to leave its loop (read unlocked) */
+static int leaving;                          /* it has left its loop for good */
+static int shut_down;                        /* exit is under way: start nothing */
+static int parked;                           /* no program thread is left: start nothing */
+static int resume;                           /* start it when unparked */
+static int abandoned;                        /* a park stopped waiting for it */
+static sigset_t park_mask;                   /* the signal mask of the thread that parked */
 static int wake_fd = -1;
+/* The pressure files the thread polls, opened once per process and never
+ * closed: closing a PSI trigger waits for an RCU grace period (8-12 ms
+ * measured), and a thread that closed them on its way out would keep a
+ * park's bounded join or exit's join waiting that long.  The kernel closes
+ * them with the process. */
+static int psi_fd = -1, cg_fd = -1;
+static size_t cg_high;                       /* our cgroup's memory.high (bytes), 0: none */
+static int watch_open;                       /* psi_fd and cg_fd were opened */
 static int control_fd = -1;
 static void (*control_ready)(int fd);
 static unsigned cursor;                      /* next cache to shrink */
 static struct shrinker_stats stats;
 static int mesh_more;                        /* last mesh pass was cut short */
+
+/* How much longer than a pass budget shrinker_park() waits for the thread
+ * (ms): a pass checks its budget between slabs, and a slab's get()/kick()
+ * and a control request can run past it. */
+#define PARK_WAIT_MS 100
 
 static void stat_max(uint64_t *p, uint64_t v)
 {
@@ -151,12 +207,40 @@ static int psi_open(void)
     return fd;
 }
 
-static void *shrinker_main(void *arg)
+/* ---------------------------------------------------------------- */
+/* The thread                                                        */
+
+/* Leave the loop if asked to (or `anyway`: poll failed), unless asked
+ * back meanwhile (shrinker_unpark).  After this returns 1 the thread
+ * touches no shared state.
+ * A thread that a park stopped waiting for is likely to be the process's
+ * last: glibc's exit(0) and the atexit handlers will run here.  It takes
+ * the mask of the program's last thread first, so that the handlers run
+ * with the signals the program expects (a SIGTERM during a long handler
+ * still ends the process).  Only then: while a program thread is waiting
+ * in shrinker_park, every signal must stay its own. */
+static int leave(int anyway)
+{
+    sd_mutex_lock(&lock);
+    int out = stopping || anyway;
+    int own = out && parked && abandoned;
+    sigset_t mask = park_mask;
+    if (out) {
+        __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
+        leaving = 1;
+        pthread_cond_broadcast(&left);
+    }
+    sd_mutex_unlock(&lock);
+    if (own)
+        pthread_sigmask(SIG_SETMASK, &mask, NULL);
+    return out;
+}
+
+void *shrinker_main(void *arg)
 {
     struct pollfd fds[4];
-    size_t high = 0;
-    int psi = sd_opt.psi ? psi_open() : -1;
-    int cg = sd_opt.psi ? cgroup_events_open(&high) : -1;
+    int psi = psi_fd, cg = cg_fd;
+    size_t high = cg_high;
     for (;;) {
         int n = 0;
         fds[n++] = (struct pollfd){ .fd = wake_fd, .events = POLLIN };
@@ -170,9 +254,8 @@ static void *shrinker_main(void *arg)
         int timeout = mesh_more && sd_opt.shrink_interval_ms > 20
                           ? 20 : (int)sd_opt.shrink_interval_ms;
         int r = poll(fds, (nfds_t)n, timeout);
-        if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
-            break;
-        if (r < 0 && errno != EINTR)
+        int failed = r < 0 && errno != EINTR;
+        if ((failed || __atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) && leave(failed))
             break;
         int do_pass = 0;
         if (r > 0 && fds[0].revents & POLLIN) {
@@ -208,32 +291,139 @@ static void *shrinker_main(void *arg)
         if (do_pass)
             pass(do_pass == 2);
     }
-    if (psi >= 0) close(psi);
-    if (cg >= 0) close(cg);
     return NULL;
+}
+
+/* ---------------------------------------------------------------- */
+/* Starting, stopping, parking                                       */
+
+static void wake_thread(void)
+{
+    uint64_t one = 1;
+    if (write(wake_fd, &one, sizeof one) < 0) { /* it will time out */ }
+}
+
+/* Create the thread with every asynchronous signal blocked (see the top
+ * of this file).  The mask goes through the attribute, so that no signal
+ * can arrive between the thread's start and a mask it would set itself,
+ * and the caller's own mask is never touched. */
+static int create_thread_locked(void)
+{
+    static const int synchronous[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
+    sigset_t mask;
+    sigfillset(&mask);
+    for (unsigned i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++)
+        sigdelset(&mask, synchronous[i]);
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr))
+        return -1;
+    int err = pthread_attr_setsigmask_np(&attr, &mask);
+    if (!err)
+        err = pthread_create(&thread, &attr, shrinker_main, NULL);
+    pthread_attr_destroy(&attr);
+    return err ? -1 : 0;
+}
+
+static void start_locked(void)
+{
+    SD_ASSERT(sd_mutex_held(&lock));
+    if (shut_down)
+        return;
+    if (parked) {
+        resume = 1;             /* when a program thread comes back */
+        return;
+    }
+    if (running && !leaving) {
+        if (stopping) {         /* parked and unparked before it left */
+            __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
+            abandoned = 0;
+            pthread_cond_broadcast(&left);
+        }
+        return;
+    }
+    if (running) {              /* leaving: it is out of its loop, the join is short */
+        pthread_join(thread, NULL);
+        __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
+        leaving = abandoned = 0;
+    }
+    if (wake_fd < 0)
+        wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!watch_open && sd_opt.psi) {
+        psi_fd = psi_open();
+        cg_fd = cgroup_events_open(&cg_high);
+    }
+    watch_open = 1;
+    if (wake_fd >= 0 && create_thread_locked() == 0) {
+        __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
+        stats.running = 1;
+    }
+}
+
+/* Ask the thread to leave, wait until it has (at most until `deadline_ns`,
+ * monotonic; 0: no bound) and join it.  1 when it is gone; 0 when it is
+ * still there: the caller is the thread itself, it was asked back, or the
+ * deadline passed (it will leave on its own). */
+static int stop_locked(uint64_t deadline_ns)
+{
+    SD_ASSERT(sd_mutex_held(&lock));
+    if (!running)
+        return 1;
+    if (pthread_equal(thread, pthread_self()))
+        return 0;
+    if (!stopping) {
+        __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
+        wake_thread();
+    }
+    /* The waits are cancellation points; the callers are at exit or in a
+     * thread's TSD destructor, where acting on a cancellation is wrong. */
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+    while (stopping && !leaving) {
+        uint32_t me = lock.holder;
+        lock.holder = 0;        /* pthread_cond_*wait drop and retake lock.m */
+        int err;
+        if (deadline_ns) {
+            struct timespec ts = { (time_t)(deadline_ns / 1000000000u),
+                                   (long)(deadline_ns % 1000000000u) };
+            err = pthread_cond_clockwait(&left, &lock.m, CLOCK_MONOTONIC, &ts);
+        } else {
+            err = pthread_cond_wait(&left, &lock.m);
+        }
+        lock.holder = me;
+        if (err == ETIMEDOUT)
+            break;
+    }
+    int gone = leaving;
+    if (gone) {
+        pthread_join(thread, NULL);
+        __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
+        leaving = 0;
+        abandoned = 0;
+        stats.running = 0;
+    } else if (stopping && running) {
+        abandoned = 1;          /* it leaves on its own */
+    }
+    pthread_setcancelstate(cs, NULL);
+    return gone;
 }
 
 void shrinker_start(void)
 {
-    if (__atomic_load_n(&running, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&running, __ATOMIC_ACQUIRE) &&
+        !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         return;
     sd_mutex_lock(&lock);
-    if (!running) {
-        if (wake_fd < 0)
-            wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        stopping = 0;
-        if (wake_fd >= 0 && pthread_create(&thread, NULL, shrinker_main, NULL) == 0) {
-            __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
-            stats.running = 1;
-        }
-    }
+    start_locked();
     sd_mutex_unlock(&lock);
 }
 
 int shrinker_wake(void)
 {
     shrinker_start();
-    if (!__atomic_load_n(&running, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&running, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         return -EAGAIN;
     uint64_t one = 1;
     return write(wake_fd, &one, sizeof one) == sizeof one ? 0 : -errno;
@@ -242,13 +432,35 @@ int shrinker_wake(void)
 void shrinker_stop(void)
 {
     sd_mutex_lock(&lock);
-    if (running && !pthread_equal(thread, pthread_self())) {
-        __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
-        uint64_t one = 1;
-        if (write(wake_fd, &one, sizeof one) < 0) { /* it will time out */ }
-        pthread_join(thread, NULL);
-        running = 0;
-        stats.running = 0;
+    shut_down = 1;
+    stop_locked(0);
+    sd_mutex_unlock(&lock);
+}
+
+void shrinker_park(void)
+{
+    sd_mutex_lock(&lock);
+    if (!parked && !shut_down) {
+        parked = 1;
+        resume = running && !stopping;
+        pthread_sigmask(SIG_BLOCK, NULL, &park_mask);
+        /* A thread that is asleep leaves at once; one in a pass finishes
+         * it first (its budget, plus what kick() callbacks overrun). */
+        uint64_t wait_ms = sd_opt.pass_budget_ms + PARK_WAIT_MS;
+        stop_locked(os_now_ns() + wait_ms * 1000000u);
+    }
+    sd_mutex_unlock(&lock);
+}
+
+void shrinker_unpark(void)
+{
+    sd_mutex_lock(&lock);
+    if (parked) {
+        parked = 0;
+        if (resume) {
+            resume = 0;
+            start_locked();
+        }
     }
     sd_mutex_unlock(&lock);
 }
@@ -256,8 +468,23 @@ void shrinker_stop(void)
 void shrinker_after_fork_child(void)
 {
     lock = (sd_mutex)SD_MUTEX_INIT;
-    int was = running;
-    running = 0;
+    left = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    /* The child has no thread: the parent's running one (or the one a
+     * parked parent would resume) is started again. */
+    int was = (running && !stopping && !shut_down) || (parked && resume);
+    running = stopping = leaving = shut_down = parked = resume = abandoned = 0;
+    /* The files shared with the parent: a wake would reach its thread, and
+     * the two would take each other's pressure events.  Closing our copies
+     * leaves the parent's open. */
+    if (wake_fd >= 0)
+        close(wake_fd);
+    if (psi_fd >= 0)
+        close(psi_fd);
+    if (cg_fd >= 0)
+        close(cg_fd);
+    wake_fd = psi_fd = cg_fd = -1;
+    cg_high = 0;
+    watch_open = 0;
     control_fd = -1;                /* the parent's; the child opens its own */
     control_ready = NULL;
     stats.running = 0;

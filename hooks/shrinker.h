@@ -7,12 +7,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Start the thread if it is not running (never call from inside malloc). */
+/* Start the thread if it is not running (never call from inside malloc;
+ * nothing starts while parked or after shrinker_stop). */
 void shrinker_start(void);
 /* Wake it for an immediate pass (starting it if needed); 0 or -errno. */
 int shrinker_wake(void);
-/* Stop and join it (at exit). */
+/* Stop and join it (at exit; not from the thread itself). */
 void shrinker_stop(void);
+/* No program thread is left (preload/lifetime.c): stop the thread and join
+ * it, waiting at most a pass budget plus a little, so that the program's
+ * last thread ends the process; start nothing until shrinker_unpark().
+ * Called from a thread's TSD destructor; never from the thread itself. */
+void shrinker_park(void);
+/* A program thread exists again: start the thread if it ran when parked. */
+void shrinker_unpark(void);
+/* The thread's start routine: preload/lifetime.c does not count a thread
+ * that runs it as one of the program's. */
+void *shrinker_main(void *arg);
 /* Record a pass made outside the thread (sd_shrink_all). */
 void shrinker_note_pass(size_t bytes);
 /* Fork: the child has no shrinker thread; restart it if there was one. */

@@ -7,8 +7,11 @@
  * control socket; the destructor prints statistics and stops the thread.
  *
  * Fork: the allocator's locks are handled by classes/fork.c (registered at
- * first use); here the child restarts the shrinker if one ran and re-opens
- * its control socket.
+ * first use); here the child counts its one thread, restarts the shrinker
+ * if one ran and re-opens its control socket.
+ *
+ * The program's threads are counted from the constructor on
+ * (preload/lifetime.c), so that the shrinker never outlives the last one.
  */
 #include <pthread.h>
 #include <unistd.h>
@@ -17,6 +20,7 @@
 #include "control.h"
 #include "fmt.h"
 #include "large.h"
+#include "lifetime.h"
 #include "options.h"
 #include "segment.h"
 #include "shrinker.h"
@@ -27,6 +31,7 @@
 
 static void fork_child(void)
 {
+    lifetime_after_fork_child();
     shrinker_after_fork_child();
     control_after_fork_child();
 }
@@ -35,6 +40,7 @@ __attribute__((constructor(101))) static void slabdefrag_init(void)
 {
     cache_init();
     syscalls_init();
+    lifetime_init();
     pthread_atfork(NULL, NULL, fork_child);
     if (sd_opt.background || sd_opt.rss_limit_mb || sd_opt.control || sd_opt.mesh)
         shrinker_start();

@@ -101,7 +101,7 @@ static ssize_t sys_recvmsg(int fd, struct msghdr *m, int fl)
     return syscall(SYS_recvmsg, fd, m, fl);
 }
 
-static void *next_symbol(const char *name, void *fallback)
+void *syscalls_next_symbol(const char *name, void *fallback)
 {
     void *f = dlsym(RTLD_NEXT, name);
     if (!f) {
@@ -118,7 +118,7 @@ static void *next_symbol(const char *name, void *fallback)
  * others at <name>_first, which resolves and calls. */
 #define NEXT(name) __atomic_load_n(&next_##name, __ATOMIC_RELAXED)
 #define RESOLVE(name, fallback) \
-    __atomic_store_n(&next_##name, (name##_fn *)next_symbol(#name, (void *)(fallback)), \
+    __atomic_store_n(&next_##name, (name##_fn *)syscalls_next_symbol(#name, (void *)(fallback)), \
                      __ATOMIC_RELAXED)
 
 static read_fn *next_read = __read;

@@ -8,5 +8,8 @@
 /* Find the next definitions (libc's) of the wrapped calls (from the
  * library constructor, after cache_init: dlsym may allocate). */
 void syscalls_init(void);
+/* The next definition of `name` after ours (dlsym RTLD_NEXT, else libc's
+ * own), or `fallback`.  May allocate: never from inside malloc. */
+void *syscalls_next_symbol(const char *name, void *fallback);
 
 #endif

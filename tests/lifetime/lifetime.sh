@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# tests/lifetime/lifetime.sh - the allocator's thread never keeps a process
+# alive, never delays its end, never takes its signals.
+#
+#   tests/lifetime/lifetime.sh LIBSLABDEFRAG.so LIFETIME_PROG CASE CONFIG
+#
+# Runs `LIFETIME_PROG CASE` (see tests/lifetime/lifetime_prog.c) twice:
+# plainly (glibc's malloc: the reference), then with LD_PRELOAD=LIB and the
+# environment CONFIG names:
+#   none        no option: no shrinker thread
+#   background  SLABDEFRAG_BACKGROUND=1
+#   busy        SLABDEFRAG_BACKGROUND=1, a 10 ms interval and meshing:
+#               passes run while the program ends
+#   control     SLABDEFRAG_CONTROL=1
+#   mesh        SLABDEFRAG_MESH=1
+#   rss         SLABDEFRAG_RSS_LIMIT_MB=4096
+#   cache       a typed cache with get/kick (LIFETIME_CACHE=1)
+# Each run is bounded by `timeout` (LIFETIME_TIMEOUT s, default 30): a
+# process that does not end is a failure, not a hung test.  Both runs must
+# end with the status the case expects, print the same stdout (which holds
+# the atexit handler's line: "atexit: parent", and "atexit: child" for a
+# fork), and the preloaded run must not print "slabdefrag:" on stderr.
+# Prints `ok CASE CONFIG` or `FAIL CASE CONFIG: why`; exits 1 on failure.
+#
+# Registered in tests/lifetime/meson.build (suite 'lifetime').
+set -uo pipefail
+
+lib=${1:?usage: lifetime.sh LIB PROG CASE CONFIG}
+prog=${2:?usage: lifetime.sh LIB PROG CASE CONFIG}
+case_=${3:?usage: lifetime.sh LIB PROG CASE CONFIG}
+config=${4:?usage: lifetime.sh LIB PROG CASE CONFIG}
+TIMEOUT=${LIFETIME_TIMEOUT:-30}
+
+unset LD_PRELOAD LIFETIME_CACHE 2>/dev/null || true
+for v in $(env | sed -n 's/^\(SLABDEFRAG_[A-Z_]*\)=.*/\1/p'); do
+    unset "$v"
+done
+
+env_of() {
+    case $1 in
+        none)       ;;
+        background) echo SLABDEFRAG_BACKGROUND=1 ;;
+        busy)       echo SLABDEFRAG_BACKGROUND=1 SLABDEFRAG_SHRINK_INTERVAL_MS=10 SLABDEFRAG_MESH=1 ;;
+        control)    echo SLABDEFRAG_CONTROL=1 ;;
+        mesh)       echo SLABDEFRAG_MESH=1 ;;
+        rss)        echo SLABDEFRAG_RSS_LIMIT_MB=4096 ;;
+        cache)      echo LIFETIME_CACHE=1 ;;
+        *)          echo "lifetime.sh: unknown config $1" >&2; exit 2 ;;
+    esac
+}
+cfg_env=$(env_of "$config") || exit 2
+
+# The status each case ends with, and the lines its stdout must hold.
+expect_status=0
+expect_lines=("atexit: parent")
+case $case_ in
+    exit-code) expect_status=3 ;;
+    return)    expect_status=7 ;;
+    fork)      expect_lines=("atexit: child" "child: exit 0" "atexit: parent") ;;
+    signal)    expect_lines=("SIGUSR1 handled by main" "atexit: parent") ;;
+    threads)   expect_lines=("threads: 1" "atexit: parent") ;;
+esac
+
+work=$(mktemp -d /tmp/sd-lifetime.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+fail() {
+    echo "FAIL $case_ $config: $*"
+    for f in plain preload; do
+        for s in out err; do
+            [ -s "$work/$f.$s" ] && { echo "--- $f $s:"; head -n 20 "$work/$f.$s"; }
+        done
+    done
+    exit 1
+}
+
+# run NAME [ENV...]: the case, bounded; status in $work/NAME.status.
+run() {
+    local name=$1
+    shift
+    local t0=$SECONDS rc=0
+    timeout -k 5 "$TIMEOUT" env "$@" "$prog" "$case_" >"$work/$name.out" 2>"$work/$name.err" || rc=$?
+    echo "$rc" >"$work/$name.status"
+    echo "$((SECONDS - t0))" >"$work/$name.secs"
+}
+
+run plain LIFETIME_CACHE=0
+# shellcheck disable=SC2086 # cfg_env is a list of words
+run preload LD_PRELOAD="$lib" $cfg_env
+
+ps=$(cat "$work/plain.status")
+ls=$(cat "$work/preload.status")
+[ "$ps" = 124 ] || [ "$ps" = 137 ] && fail "the plain run did not end within ${TIMEOUT}s"
+[ "$ls" = 124 ] || [ "$ls" = 137 ] && fail "did not end within ${TIMEOUT}s (the process was kept alive)"
+[ "$ps" = "$expect_status" ] || fail "plain run: status $ps, expected $expect_status"
+[ "$ls" = "$expect_status" ] || fail "status $ls, expected $expect_status"
+for l in "${expect_lines[@]}"; do
+    grep -qxF "$l" "$work/preload.out" || fail "stdout lacks the line '$l'"
+done
+cmp -s "$work/plain.out" "$work/preload.out" ||
+    fail "stdout differs from the plain run: $(diff "$work/plain.out" "$work/preload.out" | tr '\n' ' ')"
+grep -q '^slabdefrag:' "$work/preload.err" && fail "the allocator printed a message"
+echo "ok $case_ $config ($(cat "$work/preload.secs")s)"
