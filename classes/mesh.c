@@ -554,6 +554,7 @@ void mesh_get_stats(struct mesh_stats *st)
 {
     *st = stats;
     st->enabled = mesh_enabled();
+    st->barrier = arena_barrier_name();
     st->fault_waits = arena_fault_waits();
     st->syscall_retries = arena_syscall_retries();
 }

@@ -37,6 +37,7 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s);
 struct mesh_stats {
     int      enabled;           /* SLABDEFRAG_MESH=1 and the arena is up */
     int      handler_lost;      /* our SIGSEGV handler was replaced: stopped */
+    const char *barrier;        /* "uffd" or "mprotect" (core/arena.h) */
     uint64_t passes;            /* mesh passes */
     uint64_t meshes;            /* aliases made (all caches) */
     uint64_t unmeshes;          /* aliases restored */

@@ -73,10 +73,14 @@ void arena_purge(void *p, size_t size);
 int arena_alias(void *dst, const void *src, size_t size);
 int arena_unalias(void *dst, size_t size);
 /* Write-protect [p, p+size) while its contents are copied; writers wait
- * in the handler until arena_protect_end() (after the range was remapped
- * read-write).  One protected range at a time (the caller serialises). */
+ * until arena_protect_end() (after the range was remapped read-write):
+ * in the kernel with the userfaultfd barrier, in the SIGSEGV handler with
+ * mprotect.  The calling thread's asynchronous signals are blocked in
+ * between.  One protected range at a time (the caller serialises). */
 int arena_protect_begin(void *p, size_t size);
 void arena_protect_end(void);
+/* The barrier a mesh uses now: "uffd", "mprotect" (or "none": no arena). */
+const char *arena_barrier_name(void);
 /* Is our SIGSEGV handler still the installed one? */
 int arena_handler_ours(void);
 /* sigaction() as the preload layer exports it: SIGSEGV, while our handler

@@ -38,8 +38,13 @@ struct sd_options {
                                       many slabs gets 4/8 KiB ones (0: never) */
     uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects in
                                       random order */
+    uint32_t mesh_barrier;         /* meshing: SD_BARRIER_* write barrier */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
+
+/* SLABDEFRAG_MESH_BARRIER: how a slab being meshed is write-protected
+ * (core/arena.c). */
+enum { SD_BARRIER_AUTO, SD_BARRIER_UFFD, SD_BARRIER_MPROTECT };
 
 extern SD_HIDDEN struct sd_options sd_opt;
 
