@@ -314,6 +314,8 @@ int arena_segment_map(void **out)
     int err = os_map_shared_fixed(p, SD_SEGMENT_SIZE, arena_fd, off);
     if (err)
         return err;                     /* the hole stays unused */
+    if (uffd_ready())
+        uffd_register(p, SD_SEGMENT_SIZE);      /* for the uffd barrier */
     *out = p;
     return 0;
 }
@@ -343,7 +345,10 @@ int arena_alias(void *dst, const void *src, size_t size)
 int arena_unalias(void *dst, size_t size)
 {
     note_remap(dst);
-    return os_map_shared_fixed(dst, size, arena_fd, (uintptr_t)dst - arena_base);
+    int err = os_map_shared_fixed(dst, size, arena_fd, (uintptr_t)dst - arena_base);
+    if (!err && uffd_ready() && !(barrier_mine && barrier_uffd))
+        uffd_register(dst, size);       /* merges with its registered neighbours */
+    return err;
 }
 
 /* The mesher blocks the asynchronous signals while a range is protected:
@@ -387,7 +392,6 @@ int arena_protect_begin(void *p, size_t size)
             barrier_uffd = 1;
             return 0;
         }
-        uffd_close();
         uffd_failed("write-protect", err);
     }
     __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);

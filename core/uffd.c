@@ -61,7 +61,7 @@ static int negotiate(int fd)
 
 int uffd_open(void)
 {
-    int fd, err = new_fd(&fd);
+    int fd = -1, err = new_fd(&fd);
     if (err)
         return err;
     if ((err = negotiate(fd))) {
@@ -98,7 +98,7 @@ void uffd_fork_child(void)
     }
 }
 
-int uffd_protect(void *p, size_t size)
+int uffd_register(void *p, size_t size)
 {
     if (ufd >= 0 && ufd_pid != getpid())
         uffd_fork_child();              /* a child made without atfork */
@@ -111,18 +111,31 @@ int uffd_protect(void *p, size_t size)
     /* A range already registered by us is left as it is. */
     if (ioctl(ufd, UFFDIO_REGISTER, &reg))
         return errno;
-    if (!(reg.ioctls & (1ULL << _UFFDIO_WRITEPROTECT)))
-        return EINVAL;
+    return reg.ioctls & (1ULL << _UFFDIO_WRITEPROTECT) ? 0 : EINVAL;
+}
+
+int uffd_protect(void *p, size_t size)
+{
+    if (ufd >= 0 && ufd_pid != getpid())
+        uffd_fork_child();              /* a child made without atfork */
+    if (ufd < 0)
+        return EBADF;
     struct uffdio_writeprotect wp = {
         .range = { .start = (uintptr_t)p, .len = size },
         .mode = UFFDIO_WRITEPROTECT_MODE_WP,
     };
+    /* Usually registered already (uffd_register at the segment's map);
+     * ENOENT: a mapping made since (a restored alias): register it. */
+    int err = 0;
     if (ioctl(ufd, UFFDIO_WRITEPROTECT, &wp)) {
-        int err = errno;
-        uffd_close();                   /* drops any part it protected */
-        return err;
+        err = errno;
+        if (err == ENOENT && !(err = uffd_register(p, size)) &&
+            ioctl(ufd, UFFDIO_WRITEPROTECT, &wp))
+            err = errno;
     }
-    return 0;
+    if (err)
+        uffd_close();                   /* drops any part it protected */
+    return err;
 }
 
 /* Read the queued fault messages (non-blocking): the writers that have

@@ -56,9 +56,16 @@
 int uffd_open(void);
 /* Is the descriptor open (in this process)? */
 int uffd_ready(void);
-/* Write-protect [p, p+size) (page aligned, one arena mapping): register
- * it for WP if it is not, then protect.  0 or errno (then nothing is
- * protected and the caller uses mprotect). */
+/* Register [p, p+size) (page aligned, arena mappings) for write
+ * protection: a new segment, a restored alias.  0 or errno (harmless:
+ * uffd_protect registers what it finds unregistered).  Registering once
+ * per mapping rather than at each protect saves a system call that takes
+ * the mmap lock for writing; the price is that read faults in registered
+ * mappings do not fault around. */
+int uffd_register(void *p, size_t size);
+/* Write-protect [p, p+size) (page aligned): registered or not (then it is
+ * registered first).  0 or errno (then nothing is protected, the
+ * descriptor is closed and the caller uses mprotect). */
 int uffd_protect(void *p, size_t size);
 /* End the protection of the range uffd_protect() took and wake every
  * writer waiting on it.  remapped: the range was mapped anew meanwhile
