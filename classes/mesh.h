@@ -47,7 +47,8 @@ struct mesh_stats {
     uint64_t map_limit_hits;    /* meshes refused by the cap */
     uint64_t time_ns;           /* time spent meshing, in total */
     uint64_t longest_pause_ns;  /* the longest a slab stayed write-protected */
-    uint64_t fault_waits;       /* writers parked by the barrier (mesh, fork) */
+    uint64_t fault_waits;       /* writers parked by the barrier (mesh, fork):
+                                   SIGSEGV waits and userfaultfd faults */
     uint64_t syscall_retries;   /* system calls retried after the barrier */
 };
 void mesh_get_stats(struct mesh_stats *st);

@@ -490,6 +490,8 @@ static void fork_child_copy(void)
     arena_fd = fd;
     segment_for_each_slab(realias_one, NULL, 1);
     uffd_fork_child();                  /* the inherited one is the parent's */
+    if (uffd_ready())
+        uffd_register((void *)arena_base, used);   /* the new mappings */
     close(old);
     if (fork_pipe[1] >= 0) {
         char c = 1;
