@@ -52,19 +52,26 @@
  * time).  A free through an alias takes the alias's lock, reads the host,
  * drops it and then takes the host's lock: never two slab locks.
  *
- * Writers during a mesh: A's range is made read-only before the copy and
+ * Writers during a mesh: A's range is write-protected before the copy and
  * replaced by a read-write mapping of B's pages after it; a write in
- * between faults, waits in core/arena.c's SIGSEGV handler until the remap
- * is done, and retries against the new mapping: it lands in B's pages, at
- * the offset it was copied to.  Nothing is lost: the copy happened before
- * the write became possible again.  The kernel does not fault: a read(2)
- * into an object of a slab being meshed fails with EFAULT during the copy
- * (Mesh has the same limit).  The preload layer retries the common
- * receiving calls - read, pread, readv, preadv, recv, recvfrom, recvmsg -
- * after waiting at the barrier (preload/syscalls.c, core/arena.h); still
+ * between waits until the remap is done and retries against the new
+ * mapping: it lands in B's pages, at the offset it was copied to.  Nothing
+ * is lost: the copy happened before the write became possible again.
+ * Where it waits depends on the barrier (core/arena.h).  With userfaultfd
+ * (the default where permitted) every writer sleeps in the kernel, system
+ * calls included, and the release after the remap wakes it (core/uffd.h:
+ * the remapped range is a new, unregistered mapping, so no stale
+ * protection is left).  With mprotect a user-mode writer waits in
+ * core/arena.c's SIGSEGV handler, but the kernel does not fault: a
+ * read(2) into an object of a slab being meshed fails with EFAULT during
+ * the copy (Mesh has the same limit).  The preload layer retries the
+ * common receiving calls - read, pread, readv, preadv, recv, recvfrom,
+ * recvmsg - after waiting at the barrier (preload/syscalls.c); still
  * exposed are glibc's internal reads (stdio refilling a heap FILE buffer:
  * fread, fgets, getline) and every other call that writes into user
- * memory (stat, getsockopt, epoll_wait...).
+ * memory (stat, getsockopt, epoll_wait...).  The mesher blocks its
+ * asynchronous signals while A is protected: a handler on it writing into
+ * A would wait for itself.
  *
  * ---------------------------------------------------------------------
  * Proof that no in-object metadata of one alias overwrites a live object
@@ -556,6 +563,7 @@ void mesh_get_stats(struct mesh_stats *st)
 {
     *st = stats;
     st->enabled = mesh_enabled();
+    st->barrier = arena_barrier_name();
     st->fault_waits = arena_fault_waits();
     st->syscall_retries = arena_syscall_retries();
 }

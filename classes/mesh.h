@@ -37,6 +37,7 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s);
 struct mesh_stats {
     int      enabled;           /* SLABDEFRAG_MESH=1 and the arena is up */
     int      handler_lost;      /* our SIGSEGV handler was replaced: stopped */
+    const char *barrier;        /* "uffd" or "mprotect" (core/arena.h) */
     uint64_t passes;            /* mesh passes */
     uint64_t meshes;            /* aliases made (all caches) */
     uint64_t unmeshes;          /* aliases restored */
@@ -46,7 +47,8 @@ struct mesh_stats {
     uint64_t map_limit_hits;    /* meshes refused by the cap */
     uint64_t time_ns;           /* time spent meshing, in total */
     uint64_t longest_pause_ns;  /* the longest a slab stayed write-protected */
-    uint64_t fault_waits;       /* writers parked by the barrier (mesh, fork) */
+    uint64_t fault_waits;       /* writers parked by the barrier (mesh, fork):
+                                   SIGSEGV waits and userfaultfd faults */
     uint64_t syscall_retries;   /* system calls retried after the barrier */
 };
 void mesh_get_stats(struct mesh_stats *st);

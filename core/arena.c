@@ -12,9 +12,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "options.h"
 #include "os.h"
 #include "segment.h"
 #include "types.h"
+#include "uffd.h"
 
 extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
@@ -40,6 +42,16 @@ static unsigned long fault_waits;
 static int handler_on;
 static struct sigaction chained;        /* the program's (or previous) handler */
 static sd_spin chained_lock;
+
+/* The userfaultfd barrier (core/uffd.h): on while uffd_ready().  A mesh's
+ * range [prot_lo, prot_hi) is then protected through it, prot_gen and
+ * barrier_gen stay as they are (no system call can fail for it), and
+ * prot_remapped says the range was mapped anew before the release. */
+static int barrier_uffd;                /* this mesh's range: uffd */
+static int prot_remapped;
+static unsigned long uffd_waits;        /* writers the uffd barrier parked */
+static unsigned long uffd_fallbacks;    /* uffd failed: mprotect from then on */
+static sigset_t prot_saved_mask;        /* the mesher's mask, signals blocked */
 
 static __thread uintptr_t retry_addr;
 static __thread unsigned retry_count;
@@ -176,7 +188,8 @@ int arena_sigmask(int how, const sigset_t *set, sigset_t *old)
 
 unsigned long arena_fault_waits(void)
 {
-    return __atomic_load_n(&fault_waits, __ATOMIC_RELAXED);
+    return __atomic_load_n(&fault_waits, __ATOMIC_RELAXED) +
+           __atomic_load_n(&uffd_waits, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- */
@@ -278,6 +291,13 @@ int arena_init(void)
         return err;
     }
     arena_fd = fd;
+    /* The barrier of a mesh: userfaultfd where permitted (auto, uffd). */
+    if (sd_opt.mesh_barrier != SD_BARRIER_MPROTECT) {
+        int e = uffd_open();
+        if (e && sd_opt.mesh_barrier == SD_BARRIER_UFFD)
+            sd_warn("SLABDEFRAG_MESH_BARRIER=uffd: userfaultfd is not available "
+                    "(errno %d); using mprotect", e);
+    }
     __atomic_store_n(&handler_on, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&arena_base, (uintptr_t)base, __ATOMIC_RELEASE);
     return 0;
@@ -294,6 +314,8 @@ int arena_segment_map(void **out)
     int err = os_map_shared_fixed(p, SD_SEGMENT_SIZE, arena_fd, off);
     if (err)
         return err;                     /* the hole stays unused */
+    if (uffd_ready())
+        uffd_register(p, SD_SEGMENT_SIZE);      /* for the uffd barrier */
     *out = p;
     return 0;
 }
@@ -306,22 +328,73 @@ void arena_purge(void *p, size_t size)
         os_purge(p, size);
 }
 
+/* A remap of the range under the uffd barrier replaces its VMA: the
+ * release must wake its waiters rather than un-protect (core/uffd.h). */
+static void note_remap(void *dst)
+{
+    if (barrier_mine && barrier_uffd && (uintptr_t)dst == prot_lo)
+        prot_remapped = 1;
+}
+
 int arena_alias(void *dst, const void *src, size_t size)
 {
+    note_remap(dst);
     return os_map_shared_fixed(dst, size, arena_fd, (uintptr_t)src - arena_base);
 }
 
 int arena_unalias(void *dst, size_t size)
 {
-    return os_map_shared_fixed(dst, size, arena_fd, (uintptr_t)dst - arena_base);
+    note_remap(dst);
+    int err = os_map_shared_fixed(dst, size, arena_fd, (uintptr_t)dst - arena_base);
+    if (!err && uffd_ready() && !(barrier_mine && barrier_uffd))
+        uffd_register(dst, size);       /* merges with its registered neighbours */
+    return err;
+}
+
+/* The mesher blocks the asynchronous signals while a range is protected:
+ * a handler running on it that wrote into the range would wait for the
+ * thread it interrupted, forever, under either barrier. */
+static void block_signals(void)
+{
+    sigset_t set;
+    sigfillset(&set);                   /* glibc leaves its internal two out */
+    sigdelset(&set, SIGSEGV);           /* synchronous: never blocked */
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGILL);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGTRAP);
+    sigdelset(&set, SIGSYS);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, &prot_saved_mask, 8);
+}
+
+static void restore_signals(void)
+{
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &prot_saved_mask, NULL, 8);
+}
+
+static void uffd_failed(const char *what, int err)
+{
+    if (__atomic_fetch_add(&uffd_fallbacks, 1, __ATOMIC_RELAXED) == 0)
+        sd_warn("meshing: userfaultfd %s failed (errno %d); using the mprotect "
+                "barrier from now on", what, err);
 }
 
 int arena_protect_begin(void *p, size_t size)
 {
     prot_lo = (uintptr_t)p;
     prot_hi = (uintptr_t)p + size;
-    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
     barrier_mine = 1;
+    block_signals();
+    if (uffd_ready()) {
+        int err = uffd_protect(p, size);
+        if (!err) {
+            prot_remapped = 0;
+            barrier_uffd = 1;
+            return 0;
+        }
+        uffd_failed("write-protect", err);
+    }
+    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
     __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);        /* odd */
     int err = os_protect(p, size, 0);
     if (err)
@@ -331,9 +404,27 @@ int arena_protect_begin(void *p, size_t size)
 
 void arena_protect_end(void)
 {
-    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
-    __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);        /* even */
+    if (barrier_uffd) {
+        int err;
+        unsigned long n = uffd_release((void *)prot_lo, prot_hi - prot_lo,
+                                       prot_remapped, &err);
+        __atomic_fetch_add(&uffd_waits, n, __ATOMIC_RELAXED);
+        if (err)
+            uffd_failed("release", err);
+        barrier_uffd = 0;
+    } else {
+        __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
+        __atomic_fetch_add(&prot_gen, 1, __ATOMIC_ACQ_REL);    /* even */
+    }
     barrier_mine = 0;
+    restore_signals();
+}
+
+const char *arena_barrier_name(void)
+{
+    if (!arena_base)
+        return "none";
+    return uffd_ready() ? "uffd" : "mprotect";
 }
 
 /* ---------------------------------------------------------------- */
@@ -398,6 +489,9 @@ static void fork_child_copy(void)
     int old = arena_fd;
     arena_fd = fd;
     segment_for_each_slab(realias_one, NULL, 1);
+    uffd_fork_child();                  /* the inherited one is the parent's */
+    if (uffd_ready())
+        uffd_register((void *)arena_base, used);   /* the new mappings */
     close(old);
     if (fork_pipe[1] >= 0) {
         char c = 1;

@@ -7,13 +7,23 @@
  * released with a hole punch.  Without the option nothing here is used
  * and segments are private anonymous memory as before.
  *
- * The arena also owns the write barrier meshing and fork need: a range (or
- * the whole arena) is made read-only, and a SIGSEGV handler parks a
- * faulting writer until the range is writable again; the write then
- * retries.  Faults that are not ours go to the program's handler: the
- * preload layer routes sigaction(SIGSEGV) here (arena_sigaction), so a
- * program that installs its own handler is chained behind ours, as Mesh
- * does.  A program that replaces it behind libc's back is detected
+ * The arena also owns the write barrier meshing and fork need: while a
+ * slab's objects are copied (a mesh) or the heap is copied for a fork
+ * child, writes to it must wait.  A mesh's barrier is one of two
+ * (SLABDEFRAG_MESH_BARRIER, the statistics name the one in use):
+ *  - uffd (the default where the process may use userfaultfd for kernel
+ *    faults, core/uffd.h): the slab is write-protected through a
+ *    userfaultfd; every writer, in user mode or inside a system call,
+ *    sleeps in the kernel until the slab is remapped and woken.  No call
+ *    fails because of a mesh.
+ *  - mprotect (elsewhere, or when forced): the slab is made read-only, and
+ *    a SIGSEGV handler parks a faulting user-mode writer until the range
+ *    is writable again; the write then retries.  The kernel does not wait:
+ *    see "System calls" below.
+ * Faults that are not ours go to the program's handler: the preload layer
+ * routes sigaction(SIGSEGV) here (arena_sigaction), so a program that
+ * installs its own handler is chained behind ours, as Mesh does.  A
+ * program that replaces it behind libc's back is detected
  * (arena_handler_ours) and meshing stops.
  *
  * Fork (a shared mapping would otherwise share the heap with the child):
@@ -23,8 +33,15 @@
  * arena writable again.  Parent threads that write meanwhile wait in the
  * handler.  Cost: a fork copies the live heap (no copy-on-write sharing).
  *
- * System calls.  The kernel does not fault on a write-protected page: a
- * read(2) into a heap buffer behind the barrier fails with EFAULT.  The
+ * The fork barrier is mprotect under either mesh barrier: the child must
+ * inherit the protection (a write it makes before its atfork handler runs
+ * must fault, not reach the parent's file), and a userfaultfd's
+ * registration is not inherited without UFFD_FEATURE_EVENT_FORK, whose
+ * event the forking thread would have to wait for a reader to take.
+ *
+ * System calls.  Under an mprotect barrier (every fork; a mesh with the
+ * mprotect barrier) the kernel does not fault on a write-protected page:
+ * a read(2) into a heap buffer behind the barrier fails with EFAULT.  The
  * preload layer wraps the common receiving calls (preload/syscalls.c:
  * read, pread, readv, preadv, preadv2, recv, recvfrom, recvmsg and their
  * _FORTIFY_SOURCE forms): arena_barrier_gen() before the call, and on
@@ -32,13 +49,17 @@
  * has waited, and the call is retried) or the fault is the program's
  * (returned as it is).  Not covered: glibc's internal calls, which do not
  * go through the exported symbols (stdio refilling a FILE buffer - fread,
- * fgets, getline - is the one that matters: its buffer is on the heap),
- * and every other call that writes into user memory (stat, getsockopt,
- * epoll_wait, recvmmsg, io_uring...).  Files, pipes and stream sockets
- * keep the data when the copy faults, so the retry gets it; datagram
- * sockets, eventfd, timerfd, signalfd, inotify and terminals have
- * already dequeued it: the retry waits for the next one (the program
- * would have lost it with the EFAULT anyway).
+ * fgets, getline - when the buffer is a heap block of at most 2 KiB:
+ * one given with setvbuf, or stdio's own on a terminal, whose st_blksize
+ * is 1 KiB; on files, pipes and sockets it is 4 KiB, a class that is
+ * never meshed), and every other call that writes into
+ * user memory (stat, fstat, getsockopt, accept's address, epoll_wait,
+ * poll, recvmmsg, io_uring...).  Files, pipes and stream sockets keep the
+ * data when the copy faults, so the retry gets it; datagram sockets,
+ * eventfd, timerfd, signalfd, inotify and terminals have already dequeued
+ * it: the retry waits for the next one (the program would have lost it
+ * with the EFAULT anyway).  A uffd mesh barrier moves no generation: the
+ * wrappers never wait for it.
  */
 #ifndef SD_CORE_ARENA_H
 #define SD_CORE_ARENA_H
@@ -73,10 +94,14 @@ void arena_purge(void *p, size_t size);
 int arena_alias(void *dst, const void *src, size_t size);
 int arena_unalias(void *dst, size_t size);
 /* Write-protect [p, p+size) while its contents are copied; writers wait
- * in the handler until arena_protect_end() (after the range was remapped
- * read-write).  One protected range at a time (the caller serialises). */
+ * until arena_protect_end() (after the range was remapped read-write):
+ * in the kernel with the userfaultfd barrier, in the SIGSEGV handler with
+ * mprotect.  The calling thread's asynchronous signals are blocked in
+ * between.  One protected range at a time (the caller serialises). */
 int arena_protect_begin(void *p, size_t size);
 void arena_protect_end(void);
+/* The barrier a mesh uses now: "uffd", "mprotect" (or "none": no arena). */
+const char *arena_barrier_name(void);
 /* Is our SIGSEGV handler still the installed one? */
 int arena_handler_ours(void);
 /* sigaction() as the preload layer exports it: SIGSEGV, while our handler

@@ -29,7 +29,7 @@ struct sd_options sd_opt = {
     .percpu_kb = 2048,
 };
 
-enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG };
+enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER };
 
 static const struct option {
     const char   *name;        /* after SLABDEFRAG_ */
@@ -57,6 +57,7 @@ static const struct option {
     { "MESH_MAX_MAPS",     OPT_UINT,  &sd_opt.mesh_max_maps,      0, 1u << 30 },
     { "MESH_PAGE_SLABS",   OPT_UINT,  &sd_opt.mesh_page_slabs,    0, 1u << 20 },
     { "MESH_SHUFFLE",      OPT_BOOL,  &sd_opt.mesh_shuffle,       0, 1 },
+    { "MESH_BARRIER",      OPT_BARRIER, &sd_opt.mesh_barrier,     0, 2 }, /* auto|uffd|mprotect */
 };
 
 static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -137,6 +138,17 @@ static void apply(const char *name, const char *val)
                 *o->value = SD_STATS_JSON;
             else
                 sd_warn("SLABDEFRAG_STATS=%s: expected 0, 1 or json; using 0", val);
+            return;
+        case OPT_BARRIER:
+            if (!strcmp(val, "auto"))
+                *o->value = SD_BARRIER_AUTO;
+            else if (!strcmp(val, "uffd") || !strcmp(val, "userfaultfd"))
+                *o->value = SD_BARRIER_UFFD;
+            else if (!strcmp(val, "mprotect"))
+                *o->value = SD_BARRIER_MPROTECT;
+            else
+                sd_warn("SLABDEFRAG_%s=%s: expected auto, uffd or mprotect; using auto",
+                        name, val);
             return;
         case OPT_DEBUG:
             if (parse_debug(val))

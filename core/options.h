@@ -41,8 +41,13 @@ struct sd_options {
     uint32_t percpu;               /* per-CPU caches where rseq allows (0:
                                       per-thread caches) */
     uint32_t percpu_kb;            /* per-CPU budget of the malloc classes */
+    uint32_t mesh_barrier;         /* meshing: SD_BARRIER_* write barrier */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
+
+/* SLABDEFRAG_MESH_BARRIER: how a slab being meshed is write-protected
+ * (core/arena.c). */
+enum { SD_BARRIER_AUTO, SD_BARRIER_UFFD, SD_BARRIER_MPROTECT };
 
 extern SD_HIDDEN struct sd_options sd_opt;
 

@@ -247,12 +247,13 @@ static void text_totals(struct out *o, const struct totals *t)
     if (m.enabled)
         out_fmt(o, "Mesh: %lu meshes, %lu unmeshed, %lu aliases now, %lu bytes "
                 "released, %lu us spent, longest pause %lu us, %lu writers waited, "
-                "%lu system calls retried, maps %lu of %lu%s%s\n", (unsigned long)m.meshes,
+                "%lu system calls retried, maps %lu of %lu, barrier %s%s%s\n",
+                (unsigned long)m.meshes,
                 (unsigned long)m.unmeshes, (unsigned long)m.aliases,
                 (unsigned long)m.bytes_released, (unsigned long)(m.time_ns / 1000),
                 (unsigned long)(m.longest_pause_ns / 1000),
                 (unsigned long)m.fault_waits, (unsigned long)m.syscall_retries,
-                (unsigned long)m.maps, (unsigned long)m.max_maps,
+                (unsigned long)m.maps, (unsigned long)m.max_maps, m.barrier,
                 m.map_limit_hits ? " (map limit reached: meshing stopped)" : "",
                 m.handler_lost ? " (SIGSEGV handler replaced: meshing stopped)" : "");
 }
@@ -327,13 +328,14 @@ static void json_totals(struct out *o, const struct totals *t)
     out_fmt(o, ",\"mesh\":{\"enabled\":%s,\"meshes\":%lu,\"unmeshes\":%lu,"
             "\"aliases\":%lu,\"bytes_released\":%lu,\"time_us\":%lu,"
             "\"longest_pause_us\":%lu,\"fault_waits\":%lu,\"syscall_retries\":%lu,"
-            "\"maps\":%lu,\"max_maps\":%lu,\"map_limit_hits\":%lu,\"handler_lost\":%s}",
+            "\"maps\":%lu,\"max_maps\":%lu,\"map_limit_hits\":%lu,\"handler_lost\":%s,"
+            "\"barrier\":\"%s\"}",
             m.enabled ? "true" : "false", (unsigned long)m.meshes,
             (unsigned long)m.unmeshes, (unsigned long)m.aliases,
             (unsigned long)m.bytes_released, (unsigned long)(m.time_ns / 1000),
             (unsigned long)(m.longest_pause_ns / 1000), (unsigned long)m.fault_waits,
             (unsigned long)m.syscall_retries, (unsigned long)m.maps, (unsigned long)m.max_maps,
-            (unsigned long)m.map_limit_hits, m.handler_lost ? "true" : "false");
+            (unsigned long)m.map_limit_hits, m.handler_lost ? "true" : "false", m.barrier);
 }
 
 /* ---------------------------------------------------------------- */

@@ -4,9 +4,12 @@
  * recvfrom, recvmsg, and the __*_chk forms _FORTIFY_SOURCE turns some of
  * them into.
  *
- * While a mesh copies a slab, or a fork child copies the heap, arena pages
- * are read-only.  A write from user space waits in the SIGSEGV handler;
- * the kernel instead fails the call with EFAULT.  Each wrapper is one
+ * While a mesh copies a slab under the mprotect barrier, or a fork child
+ * copies the heap (under either barrier), arena pages are read-only.  A
+ * write from user space waits in the SIGSEGV handler; the kernel instead
+ * fails the call with EFAULT.  (Under the userfaultfd barrier a mesh makes
+ * no call fail: the kernel waits, and the wrappers see nothing of it.)
+ * Each wrapper is one
  * predictable branch on arena_base when meshing is off, then the next
  * definition.  With meshing on it reads the barrier generation, calls, and
  * on EFAULT asks arena_barrier_wait() whether a barrier explains it: if so

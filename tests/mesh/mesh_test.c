@@ -26,6 +26,15 @@
  *             (read, readv, recv, recvfrom, recvmsg) into objects of the
  *             slabs the main thread meshes and forks over: no call fails
  *             with EFAULT and no byte is lost or repeated
+ *   kernel    a thread reads a pipe, a socket and a regular file into
+ *             objects of the slabs being meshed with calls that are not
+ *             retried (stdio refills into a heap FILE buffer, stat, fstat)
+ *             besides read and recv: under the uffd barrier nothing fails
+ *             with EFAULT, under mprotect only the calls README lists; a
+ *             fork child meshes with its own userfaultfd
+ *
+ * The barrier is SLABDEFRAG_MESH_BARRIER (auto, uffd, mprotect): meson
+ * runs the writer cases under both.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,7 +45,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -651,6 +662,208 @@ static int t_syscall(void)
     return 0;
 }
 
+/* ---- kernel: system calls that are not wrapped, under each barrier ---- */
+
+enum { K_READ, K_RECV, K_FILE, K_FREAD, K_FGETS, K_STAT, K_FSTAT, K_OPS };
+static const char *const k_name[K_OPS] = { "read", "recv", "read(file)", "fread",
+                                           "fgets", "stat", "fstat" };
+static unsigned long k_calls[K_OPS], k_efault[K_OPS];
+static struct chan kfile_ch;      /* kfile_ch.got: stdio pipe stream */
+static int kfile_fd;
+static const char kpath[] = "/tmp/slabdefrag-mesh-kernel.txt";
+#define KLINES 2000                         /* "line %08u\n": 14 bytes each */
+
+/* One call of op into heap object p (inside a slab that may be meshing);
+ * EFAULT is counted, any other failure is fatal. */
+static void k_call(int op, unsigned char *p, size_t len, FILE *fp, FILE *ff,
+                   unsigned *line)
+{
+    ssize_t n = 0;
+    int fault = 0;
+    k_calls[op]++;
+    switch (op) {
+    case K_READ:
+        if ((n = read(pipe_ch.rd, p, len)) < 0 && errno == EFAULT) fault = 1;
+        else got_bytes(&pipe_ch, p, n, "read");
+        break;
+    case K_RECV:
+        if ((n = recv(sock_ch.rd, p, len, 0)) < 0 && errno == EFAULT) fault = 1;
+        else got_bytes(&sock_ch, p, n, "recv");
+        break;
+    case K_FILE:                            /* the file is KLINES lines: 0 is EOF */
+        if ((n = read(kfile_fd, p, len)) < 0 && errno == EFAULT) fault = 1;
+        else if (n == 0) lseek(kfile_fd, 0, SEEK_SET);
+        else CHECK(n > 0, "read(file): %s", strerror(errno));
+        break;
+    case K_FREAD:                           /* stdio refills its heap buffer */
+        n = (ssize_t)fread(p, 1, len, fp);
+        if (n > 0)
+            got_bytes(&kfile_ch, p, n, "fread");
+        if (ferror(fp)) {
+            CHECK(errno == EFAULT, "fread: %s", strerror(errno));
+            fault = 1;
+            clearerr(fp);
+        }
+        break;
+    case K_FGETS:
+        if (fgets((char *)p, 64, ff)) {
+            unsigned v = ~0u;
+            CHECK(sscanf((char *)p, "line %u", &v) == 1 && v == *line,
+                  "fgets: line %u reads \"%.14s\"", *line, (char *)p);
+            *line = (*line + 1) % KLINES;
+        } else if (ferror(ff)) {
+            CHECK(errno == EFAULT, "fgets: %s", strerror(errno));
+            fault = 1;
+            clearerr(ff);
+        } else {                            /* EOF */
+            rewind(ff);
+            *line = 0;
+        }
+        break;
+    case K_STAT:
+    case K_FSTAT: {
+        struct stat *st = (struct stat *)p;
+        int r = op == K_STAT ? stat(kpath, st) : fstat(kfile_fd, st);
+        if (r && errno == EFAULT) fault = 1;
+        else CHECK(r == 0 && st->st_size == KLINES * 14, "stat: %s", strerror(errno));
+        break;
+    }
+    }
+    if (fault)
+        k_efault[op]++;
+}
+
+static void *k_reader(void *arg)
+{
+    FILE **f = arg;                         /* the stdio pipe and the file */
+    unsigned seed = 4242, line = 0;
+    unsigned long calls = 0;
+    while (!__atomic_load_n(&stop_reader, __ATOMIC_ACQUIRE))
+        for (unsigned i = 2; i < nkept && !__atomic_load_n(&stop_reader, __ATOMIC_ACQUIRE);
+             i++, calls++) {
+            seed = seed * 1103515245 + 12345;
+            k_call((int)(calls % K_OPS), (unsigned char *)kept[i] + 64,
+                   1 + (seed >> 16) % 512, f[0], f[1], &line);
+        }
+    return NULL;
+}
+
+static int barrier_is(const char *name)
+{
+    char *buf = stats_text(), *m = strstr(buf, "Mesh: ");
+    char want[32];
+    snprintf(want, sizeof want, "barrier %s", name);
+    int r = m && strstr(m, want);
+    free(buf);
+    return r;
+}
+
+/* Rounds of meshing under a thread that reads a pipe, a socket and a
+ * regular file into heap objects (read, recv, fread and fgets through
+ * FILEs whose buffers are heap objects, stat and fstat into a heap struct
+ * stat).  With the uffd barrier no call may fail; with mprotect only the
+ * calls README lists (stdio refills, stat...).  No fork here: a fork's
+ * barrier is mprotect under either (core/arena.h). */
+static void kernel_rounds(unsigned rounds)
+{
+    for (unsigned round = 0; round < rounds; round++) {
+        make_sparse(13);
+        /* The FILE buffers are kept objects of this round's sparse slabs. */
+        int dfd = dup(kfile_ch.rd);
+        FILE *f[2] = { fdopen(dfd, "r"), fopen(kpath, "r") };
+        CHECK(f[0] && f[1], "fdopen/fopen");
+        CHECK(setvbuf(f[0], kept[0], _IOFBF, OBJ) == 0 &&
+              setvbuf(f[1], kept[1], _IOFBF, OBJ) == 0, "setvbuf");
+        pthread_t r;
+        stop_reader = 0;
+        pthread_create(&r, NULL, k_reader, f);
+        usleep(1000);
+        sd_shrink_all();                    /* meshes under the reader */
+        __atomic_store_n(&stop_reader, 1, __ATOMIC_RELEASE);
+        pthread_join(r, NULL);
+        /* What the stream holds in its buffer belongs to the checked stream. */
+        size_t left = (size_t)(f[0]->_IO_read_end - f[0]->_IO_read_ptr);
+        if (left) {
+            unsigned char tmp[OBJ];
+            CHECK(fread(tmp, 1, left, f[0]) == left, "fread of the buffered rest");
+            got_bytes(&kfile_ch, tmp, (ssize_t)left, "fread");
+        }
+        fclose(f[0]);
+        fclose(f[1]);
+        free_kept();
+        sd_shrink_all();
+    }
+}
+
+static int t_kernel(void)
+{
+    const char *want = getenv("SLABDEFRAG_MESH_BARRIER");
+    int uffd = !want || strcmp(want, "mprotect");
+    int pfd[2], sfd[2], kfd[2];
+    CHECK(pipe(pfd) == 0 && pipe(kfd) == 0 &&
+          socketpair(AF_UNIX, SOCK_STREAM, 0, sfd) == 0, "pipe");
+    signal(SIGPIPE, SIG_IGN);
+    FILE *w = fopen(kpath, "w");
+    CHECK(w, "%s: %s", kpath, strerror(errno));
+    for (unsigned i = 0; i < KLINES; i++)
+        fprintf(w, "line %08u\n", i);
+    fclose(w);
+    kfile_fd = open(kpath, O_RDONLY);
+    pipe_ch = (struct chan){ pfd[0], pfd[1], 0, 0 };
+    sock_ch = (struct chan){ sfd[0], sfd[1], 0, 0 };
+    kfile_ch = (struct chan){ kfd[0], kfd[1], 0, 0 };
+    pthread_t fe[3];
+    pthread_create(&fe[0], NULL, feeder, &pipe_ch);
+    pthread_create(&fe[1], NULL, feeder, &sock_ch);
+    pthread_create(&fe[2], NULL, feeder, &kfile_ch);
+    make_sparse(1);
+    free_kept();
+    if (uffd && !barrier_is("uffd")) {
+        if (want && !strcmp(want, "uffd")) {
+            printf("kernel: userfaultfd is not available here: skipped\n");
+            return 77;
+        }
+        uffd = 0;                           /* auto fell back to mprotect */
+    }
+    struct mesh_fig f0 = mesh_fig();
+    kernel_rounds(30);
+    /* A fork child meshes too, with a userfaultfd of its own. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        kernel_rounds(3);
+        CHECK(!uffd || barrier_is("uffd"), "the child lost the uffd barrier");
+        for (int op = 0; op < K_OPS; op++)
+            CHECK(!uffd || !k_efault[op], "child: %s failed with EFAULT", k_name[op]);
+        _exit(0);
+    }
+    int st;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "the child failed (status %x)", st);
+    struct mesh_fig f = mesh_fig();
+    char *stats = stats_text();
+    char *m = strstr(stats, "Mesh: ");
+    printf("kernel: %lu meshes, barrier %s; %.*s", f.meshes - f0.meshes,
+           uffd ? "uffd" : "mprotect", m ? (int)strcspn(m, "\n") + 1 : 0, m ? m : "");
+    free(stats);
+    for (int op = 0; op < K_OPS; op++)
+        printf("  %-10s %8lu calls, %lu EFAULT\n", k_name[op], k_calls[op], k_efault[op]);
+    CHECK(f.meshes - f0.meshes >= 30 * 8, "too few meshes (%lu)", f.meshes - f0.meshes);
+    for (int op = 0; op < K_OPS; op++) {
+        CHECK(k_calls[op] > 100, "%s hardly ran", k_name[op]);
+        /* uffd: none.  mprotect: only what README lists (read and recv retry). */
+        CHECK(!k_efault[op] || (!uffd && op != K_READ && op != K_RECV),
+              "%s failed with EFAULT under the %s barrier", k_name[op],
+              uffd ? "uffd" : "mprotect");
+    }
+    close(pipe_ch.rd);
+    close(sock_ch.rd);
+    close(kfile_ch.rd);
+    for (int i = 0; i < 3; i++)
+        pthread_join(fe[i], NULL);
+    unlink(kpath);
+    return 0;
+}
+
 /* Keep every fourth 256-byte object in allocation order, free the rest.
  * In address order every slab would keep the same slots (0, 4, 8...) and
  * none could mesh; the shuffled freelists scatter them.  So: meshes with
@@ -745,6 +958,8 @@ int main(int argc, char **argv)
     if (!strcmp(t, "pattern")) return t_pattern();
     if (!strcmp(t, "hint")) return t_hint();
     if (!strcmp(t, "syscall")) return t_syscall();
-    fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler|small|pattern|syscall\n");
+    if (!strcmp(t, "kernel")) return t_kernel();
+    fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler|small|pattern|"
+            "syscall|kernel\n");
     return 2;
 }
