@@ -110,6 +110,7 @@ size_t sdm_usable_size(const void *p)
 
 void *sdm_realloc(void *p, size_t n)
 {
+    tcache_check_get("realloc");        /* even when it would stay put */
     if (!p)
         return sdm_malloc(n);
     if (n == 0) {

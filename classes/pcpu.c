@@ -162,7 +162,8 @@ static int hdr_setup(const struct sd_cache *c, unsigned cpu)
         ok = 0;
     } else {
         struct pcpu_hdr *h = hdr_of(cpu, c->id);
-        if (!h->begin && !h->end) {     /* one store: a pop or push sees all or nothing */
+        if (!__atomic_load_n(bounds_of(h), __ATOMIC_RELAXED)) {
+            /* One store: a pop or push sees all of it or nothing. */
             uint16_t b = id_begin[c->id], k = id_cap[c->id];
             struct pcpu_hdr v = { b, (uint16_t)(b + k), b, k };
             uint64_t w;
@@ -280,14 +281,16 @@ void *pcpu_alloc_slow(struct sd_cache *c)
         if (!hdr_setup(c, cpu))
             return cache_alloc_direct(c, NULL, 0);
         void *p = pcpu_pop(t->pcpu, rs, c->id);
-        if (p)
+        if (p) {
+            pcpu_tsan_acquire(p);
             return p;
+        }
         bounds = __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED);
     }
     if (bounds == PCPU_LOCKED_BOUNDS)           /* a drain is under way */
         return cache_alloc_direct(c, NULL, 0);
     /* Refill half the stack from the slabs; the first object is ours. */
-    unsigned want = h->cap / 2 + 1, got;
+    unsigned want = __atomic_load_n(&h->cap, __ATOMIC_RELAXED) / 2 + 1, got;
     void *buf[CAP_MAX / 2 + 1];
     struct slab *src = cache_take_refill(c, buf, want, &got);
     if (!src) {
@@ -350,7 +353,8 @@ void pcpu_free_slow(struct slab *s, void *p, const char *call, int why)
      * to meet (pcpu_quiesce). */
     void *buf[CAP_MAX / 2 + 1];
     __atomic_fetch_add(counter_of(cpu, (uint16_t)id, LIMBO_BEGIN), 1, __ATOMIC_SEQ_CST);
-    unsigned n = pcpu_pop_n(t->pcpu, rs, id, buf, h->cap / 2 ? h->cap / 2 : 1);
+    unsigned half = __atomic_load_n(&h->cap, __ATOMIC_RELAXED) / 2;
+    unsigned n = pcpu_pop_n(t->pcpu, rs, id, buf, half ? half : 1);
     for (unsigned i = 0; i < n; i++)
         pcpu_tsan_acquire(buf[i]);
     buf[n++] = p;
@@ -393,7 +397,7 @@ void pcpu_drain(const struct sd_cache *only)
                     __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED) != PCPU_LOCKED_BOUNDS)
                     continue;
                 uint16_t b = id_begin[id];
-                unsigned n = (unsigned)(h->cur - b);
+                unsigned n = (unsigned)(__atomic_load_n(&h->cur, __ATOMIC_RELAXED) - b);
                 for (unsigned i = 0; i < n; i++)
                     pcpu_tsan_acquire(slots_of(cpu)[b + i]);
                 if (n)

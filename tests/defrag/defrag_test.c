@@ -192,6 +192,7 @@ int dt_percpu(void)
 volatile int dt_get_mode, dt_kick_mode;
 void *dt_get_private;
 void *dt_misuse_ptr;
+size_t dt_misuse_size = 40;
 int dt_get_calls, dt_kick_calls;
 int dt_get_nr, dt_kick_nr;
 void *dt_get_objs_in[DT_REC_MAX];
@@ -206,8 +207,23 @@ static void *dt_get(sd_cache *s, int nr, void **objs)
 {
     switch (dt_get_mode) {
     case GET_CALL_MALLOC: {
-        void *volatile p = malloc(40);
+        void *volatile p = malloc(dt_misuse_size);
         (void)p;
+        break;
+    }
+    case GET_CALL_CALLOC: {
+        void *volatile p = calloc(1, dt_misuse_size);
+        (void)p;
+        break;
+    }
+    case GET_CALL_REALLOC: {
+        void *volatile p = realloc(dt_misuse_ptr, dt_misuse_size + 8);
+        (void)p;
+        break;
+    }
+    case GET_CALL_FREE_MALLOC: {
+        void *volatile p = malloc(dt_misuse_size);   /* not folded away */
+        free(p);
         break;
     }
     case GET_CALL_CACHE_ALLOC: {

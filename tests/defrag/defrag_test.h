@@ -80,6 +80,10 @@ enum dt_get_mode {
     GET_CALL_CACHE_ALLOC, /* misuse: call sd_cache_alloc() */
     GET_CALL_FREE,      /* misuse: call free() */
     GET_CALL_CACHE_FREE,  /* misuse: call sd_cache_free() */
+    GET_CALL_CALLOC,    /* misuse: call calloc() */
+    GET_CALL_REALLOC,   /* misuse: realloc(dt_misuse_ptr) */
+    GET_CALL_FREE_MALLOC, /* misuse: free(malloc(n)), the pair a fast path
+                             could serve without ever reaching a slow one */
 };
 
 enum dt_kick_mode {
@@ -95,6 +99,7 @@ extern size_t dt_buddy_half;
 extern volatile int dt_get_mode, dt_kick_mode;
 extern void *dt_get_private;        /* what get() returns */
 extern void *dt_misuse_ptr;         /* block get() frees in GET_CALL_FREE */
+extern size_t dt_misuse_size;       /* malloc/calloc size of the misuses */
 
 /* Recorded by the callbacks (the last call; counts of all calls). */
 #define DT_REC_MAX 8192

@@ -16,7 +16,10 @@
 
 static int keep_sparse(size_t i) { return i == 1 || i == 4 || i == 9; }
 
-struct misuse { const char *cache; int mode; };
+/* warm: the calling thread's caches hold objects of the misuse's size, so
+ * without the guard the call would be served on the fast path; cold: a
+ * size nothing used before, which takes a slow path anyway. */
+struct misuse { const char *cache; int mode; int warm; };
 
 static void child_get_misuse(void *arg)
 {
@@ -44,7 +47,15 @@ static void child_get_misuse(void *arg)
     for (size_t i = 0; i < per; i++)
         if (!keep_sparse(i))
             dt_free_slot(s, i);
-    if (m->mode == GET_CALL_FREE)
+    dt_misuse_size = m->warm ? 40 : 13000;
+    if (m->warm) {                      /* this CPU's stack / thread's bin */
+        void *w[64];
+        for (int i = 0; i < 64; i++)
+            w[i] = malloc(dt_misuse_size);
+        for (int i = 0; i < 64; i++)
+            free(w[i]);
+    }
+    if (m->mode == GET_CALL_FREE || m->mode == GET_CALL_REALLOC)
         dt_misuse_ptr = malloc(48);
     else if (m->mode == GET_CALL_CACHE_FREE)
         dt_misuse_ptr = dt_slots[total - 1];   /* another slab's object */
@@ -57,10 +68,10 @@ static void child_get_misuse(void *arg)
     _exit(dt_get_calls ? 20 : 21);
 }
 
-static void check_misuse(const char *cache, int mode, const char *what)
+static void check_misuse_at(const char *cache, int mode, const char *what, int warm)
 {
     char err[8192];
-    struct misuse m = { cache, mode };
+    struct misuse m = { cache, mode, warm };
     int st = dt_run_child(child_get_misuse, &m, err, sizeof(err));
     cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
               "get() calling %s: child %s %d, expected SIGABRT; stderr:\n%s",
@@ -71,6 +82,27 @@ static void check_misuse(const char *cache, int mode, const char *what)
     cr_expect(strstr(err, "get()") != NULL, "no 'get()' in stderr:\n%s", err);
     cr_expect(strstr(err, cache) != NULL, "cache name %s not in stderr:\n%s",
               cache, err);
+}
+
+static void check_misuse(const char *cache, int mode, const char *what)
+{
+    check_misuse_at(cache, mode, what, 1);
+    check_misuse_at(cache, mode, what, 0);
+}
+
+Test(defrag, get_calling_calloc_aborts_naming_cache)
+{
+    check_misuse("misuse_calloc_cache", GET_CALL_CALLOC, "calloc()");
+}
+
+Test(defrag, get_calling_realloc_aborts_naming_cache)
+{
+    check_misuse("misuse_realloc_cache", GET_CALL_REALLOC, "realloc()");
+}
+
+Test(defrag, get_calling_free_of_malloc_aborts_naming_cache)
+{
+    check_misuse("misuse_free_malloc_cache", GET_CALL_FREE_MALLOC, "free(malloc())");
 }
 
 Test(defrag, get_calling_malloc_aborts_naming_cache)
