@@ -476,8 +476,12 @@ void cache_usage(struct sd_cache *c, struct cache_usage *u)
 {
     memset(u, 0, sizeof *u);
     struct usage_walk w = { c, u };
+    /* No drain half done while counting: its objects would be counted on
+     * their slabs and not on their stack, or the other way round. */
+    pcpu_drain_lock();
     segment_for_each_slab(usage_one, &w, 0);
     size_t priv = tcache_private_objects(c->id) + pcpu_cached(c->id);
+    pcpu_drain_unlock(0);
     u->objects_inuse = u->objects_inuse > priv ? u->objects_inuse - priv : 0;
 }
 

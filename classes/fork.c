@@ -30,7 +30,7 @@
 
 static void fork_prepare(void)
 {
-    pcpu_lock_fork();               /* outermost: no drain in flight */
+    pcpu_drain_lock();               /* outermost: no drain in flight */
     sd_mutex_lock(&sd_caches_lock);
     tcache_lock_registry();
     segment_lock_all();
@@ -47,7 +47,7 @@ static void fork_parent(void)
     segment_unlock_all(0);
     tcache_unlock_registry(0);
     sd_mutex_unlock(&sd_caches_lock);
-    pcpu_unlock_fork(0);
+    pcpu_drain_unlock(0);
 }
 
 static void fork_child(void)
@@ -59,7 +59,7 @@ static void fork_child(void)
     segment_unlock_all(1);
     tcache_unlock_registry(1);
     sd_mutex_reset_child(&sd_caches_lock);
-    pcpu_unlock_fork(1);
+    pcpu_drain_unlock(1);
     tcache_after_fork_child();
 }
 

@@ -450,12 +450,12 @@ int pcpu_quiesce(const struct sd_cache *c, struct slab *s)
 /* ---------------------------------------------------------------- */
 /* Fork                                                              */
 
-void pcpu_lock_fork(void)
+void pcpu_drain_lock(void)
 {
     sd_mutex_lock(&pcpu_lock);
 }
 
-void pcpu_unlock_fork(int child)
+void pcpu_drain_unlock(int child)
 {
     if (child) {
         sd_mutex_reset_child(&pcpu_lock);

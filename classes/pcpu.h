@@ -88,8 +88,9 @@ void pcpu_get_info(struct pcpu_info *out);
 /* Bytes cached on cpu (all caches). */
 size_t pcpu_cpu_bytes(unsigned cpu);
 
-/* Fork: the drain lock (outermost; see classes/cache.c). */
-void pcpu_lock_fork(void);
-void pcpu_unlock_fork(int child);
+/* The drain lock (outermost; see classes/cache.c): fork, and statistics
+ * that must not see a drain half done. */
+void pcpu_drain_lock(void);
+void pcpu_drain_unlock(int child);
 
 #endif
