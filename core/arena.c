@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
+#include <ucontext.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -35,6 +37,11 @@ static unsigned long barrier_retries;   /* system calls told to retry */
 static int fork_active;                 /* the whole arena is read-only */
 static int fork_protected;              /* ... and we made it so */
 static pid_t fork_pid;                  /* the parent's pid during a fork */
+static uint32_t fork_tid;               /* the forking thread */
+static uintptr_t step_page;             /* a page let through for one
+                                           instruction (fork_step) */
+static struct sigaction step_old;       /* SIGTRAP's action meanwhile */
+static int step_unblocked;              /* SIGTRAP was blocked: block again */
 static int fork_pipe[2] = { -1, -1 };
 static int child_done;
 static unsigned long fault_waits;
@@ -114,11 +121,62 @@ static void wait_protect(unsigned g)
         sched_yield();
 }
 
+/* glibc's fork() writes malloc'd memory of its own after the prepare
+ * handlers and before the fork system call: the NSS database state's lock
+ * (__nss_database_fork_prepare_parent).  The forking thread must not wait
+ * for a fork it is itself holding up.  So its write goes through: the
+ * page is made writable for exactly one instruction (the trap flag), and
+ * the trap after it protects the page again, still before the fork, so
+ * no write after the fork ever reaches the child's copy.  x86-64 only;
+ * elsewhere such a write would wait forever (as before). */
+#if defined(__x86_64__)
+static void fork_step_done(int sig, siginfo_t *si, void *ucv)
+{
+    ucontext_t *uc = ucv;
+    if (step_page && os_gettid() == fork_tid) {
+        os_protect((void *)step_page, SD_PAGE_SIZE, 0);
+        step_page = 0;
+        uc->uc_mcontext.gregs[REG_EFL] &= ~0x100L;
+        if (step_unblocked)
+            sigaddset(&uc->uc_sigmask, SIGTRAP);
+        __sigaction(SIGTRAP, &step_old, NULL);
+        return;
+    }
+    __sigaction(SIGTRAP, &step_old, NULL);  /* not ours: theirs again */
+}
+
+static int fork_step(uintptr_t a, void *ucv)
+{
+    ucontext_t *uc = ucv;
+    if (!fork_protected || step_page || getpid() != fork_pid || os_gettid() != fork_tid)
+        return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = fork_step_done;
+    sa.sa_flags = SA_SIGINFO;
+    sigfillset(&sa.sa_mask);
+    if (__sigaction(SIGTRAP, &sa, &step_old))
+        return 0;
+    step_unblocked = sigismember(&uc->uc_sigmask, SIGTRAP) == 1;
+    sigdelset(&uc->uc_sigmask, SIGTRAP);
+    step_page = a & ~(SD_PAGE_SIZE - 1);
+    os_protect((void *)step_page, SD_PAGE_SIZE, 1);
+    uc->uc_mcontext.gregs[REG_EFL] |= 0x100L;   /* trap after one instruction */
+    return 1;
+}
+#else
+static int fork_step(uintptr_t a, void *ucv) { return 0; }
+#endif
+
 static void segv(int sig, siginfo_t *si, void *uc)
 {
     int saved = errno;
     uintptr_t a = (uintptr_t)si->si_addr;
     if (si->si_code > 0 && arena_base && a - arena_base < arena_used()) {
+        if (__atomic_load_n(&fork_active, __ATOMIC_ACQUIRE) && fork_step(a, uc)) {
+            errno = saved;
+            return;
+        }
         if (__atomic_load_n(&fork_active, __ATOMIC_ACQUIRE)) {
             wait_fork();
             __atomic_fetch_add(&fault_waits, 1, __ATOMIC_RELAXED);
@@ -437,6 +495,7 @@ void arena_fork_prepare(void)
     if (pipe2(fork_pipe, O_CLOEXEC))
         fork_pipe[0] = fork_pipe[1] = -1;
     fork_pid = getpid();
+    fork_tid = os_gettid();
     child_done = 0;
     __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
     barrier_mine = 1;
