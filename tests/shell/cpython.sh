@@ -93,13 +93,13 @@ IGNORE=(
     "test_socket ThreadedVSOCKSocketStreamTest"
 )
 # Not selected, one reason each:
-#   test_concurrent_futures  passes, but takes 2 min 16 s alone on 2 shared
-#                            cores; executors are covered by
+#   test_concurrent_futures  passes, but took 2 min 16 s in the baseline run
+#                            (-j2, 2 shared cores); executors are covered by
 #                            test_multiprocessing_fork and test_threading
-#   test_faulthandler        passes; 18 s of sleeps and no allocator use
+#   test_faulthandler        passes; 18 s, mostly sleeps
 #   test_multiprocessing_main_handling
-#                            passes; 32 s starting interpreters (spawn,
-#                            forkserver), little allocation
+#                            passes; 32 s, mostly interpreter start-up
+#                            (spawn, forkserver)
 #   test_zipfile, test_tarfile  pass; 21 s and 10 s of file I/O (zlib,
 #                            bz2, lzma are tested directly)
 #   test_socketserver        needs -u network (skipped as a whole without it)
@@ -107,8 +107,9 @@ IGNORE=(
 #   test_asyncio.test_windows_events, test_asyncio.test_windows_utils
 #                            Windows only (skipped as a whole)
 #   test_multiprocessing_forkserver, test_multiprocessing_spawn
-#                            the same tests as test_multiprocessing_fork,
-#                            each over a minute; fork is the allocator's case
+#                            not measured: the same tests as
+#                            test_multiprocessing_fork with other start
+#                            methods; fork is the allocator's case
 
 pass=0
 fail=0
