@@ -206,6 +206,57 @@ static void segv(int sig, siginfo_t *si, void *uc)
     chain(sig, si, uc);
 }
 
+/* The signal stack standing in for this thread's own (arena_sigaltstack):
+ * the program's stack, its size, and our mapping. */
+static __thread void *alt_theirs, *alt_ours;
+static __thread size_t alt_theirs_size, alt_ours_size;
+
+int arena_sigaltstack(const stack_t *ss, stack_t *old)
+{
+    stack_t cur;
+    if (syscall(SYS_sigaltstack, NULL, &cur))
+        return -1;
+    if (old) {
+        *old = cur;
+        if (alt_ours && cur.ss_sp == alt_ours) {
+            old->ss_sp = alt_theirs;
+            old->ss_size = alt_theirs_size;
+        }
+    }
+    if (!ss)
+        return 0;
+    uintptr_t p = (uintptr_t)ss->ss_sp;
+    int inside = arena_base && !(ss->ss_flags & SS_DISABLE) &&
+                 p < arena_base + ARENA_SIZE && p + ss->ss_size > arena_base;
+    void *m = NULL;
+    size_t msize = (ss->ss_size + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
+    stack_t mine = *ss;
+    if (inside) {
+        if (os_map_aligned(msize, SD_PAGE_SIZE, &m)) {
+            errno = ENOMEM;
+            return -1;
+        }
+        mine.ss_sp = m;
+        mine.ss_size = msize;
+    }
+    /* Fails with EPERM while the thread runs on its signal stack: then
+     * nothing changes and ours, if any, stays. */
+    if (syscall(SYS_sigaltstack, &mine, NULL)) {
+        int e = errno;
+        if (m)
+            os_unmap(m, msize);
+        errno = e;
+        return -1;
+    }
+    if (alt_ours)
+        os_unmap(alt_ours, alt_ours_size);
+    alt_ours = m;
+    alt_ours_size = msize;
+    alt_theirs = inside ? ss->ss_sp : NULL;
+    alt_theirs_size = inside ? ss->ss_size : 0;
+    return 0;
+}
+
 int arena_handler_ours(void)
 {
     if (!__atomic_load_n(&handler_on, __ATOMIC_ACQUIRE))

@@ -114,6 +114,14 @@ int arena_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
  * (threads of libraries such as nanomsg block every signal).  Blocking a
  * synchronous SIGSEGV has no other effect than that.  0 or errno. */
 int arena_sigmask(int how, const sigset_t *set, sigset_t *old);
+/* sigaltstack() as the preload layer exports it.  A signal stack inside
+ * the arena (python's faulthandler mallocs its own) would be read-only
+ * whenever a fork or a mesh protects it, and the kernel, unable to push
+ * our handler's frame there, would kill the thread that faulted.  Such a
+ * stack is replaced by a private mapping of the same size for as long as
+ * it is registered; queries report the program's own.  0, or -1 and
+ * errno, as sigaltstack(). */
+int arena_sigaltstack(const stack_t *ss, stack_t *old);
 /* Writers that waited in the handler (faults absorbed). */
 unsigned long arena_fault_waits(void);
 

@@ -69,9 +69,22 @@ int os_remap(void *old, size_t old_size, size_t new_size, void **out)
     return 0;
 }
 
+int os_fd_high(int fd)
+{
+    if (fd < 0)
+        return fd;
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, OS_FD_MIN);
+    if (hi < 0)
+        hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);     /* a low RLIMIT_NOFILE */
+    if (hi < 0)
+        return fd;
+    close(fd);
+    return hi;
+}
+
 int os_memfd(size_t size, int *fd)
 {
-    int f = memfd_create("slabdefrag-arena", MFD_CLOEXEC);
+    int f = os_fd_high(memfd_create("slabdefrag-arena", MFD_CLOEXEC));
     if (f < 0)
         return errno;
     if (ftruncate(f, (off_t)size)) {

@@ -50,6 +50,12 @@ int os_copy_file_data(int from, int to, size_t size);
 /* vm.max_map_count, or 65530 if it cannot be read. */
 size_t os_max_map_count(void);
 
+/* The allocator's own descriptors stay out of the program's way: fd is
+ * moved to the lowest free number >= OS_FD_MIN (else >= 3) and closed;
+ * the new number is returned (fd itself if it cannot move, or if < 0).
+ * A program that closes its stdin and opens a file expects fd 0 back. */
+#define OS_FD_MIN 512
+int os_fd_high(int fd);
 /* Thread id (gettid), never 0. */
 uint32_t os_gettid(void);
 /* Sleep about us microseconds. */

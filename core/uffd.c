@@ -13,6 +13,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "os.h"
+
 #ifndef USERFAULTFD_IOC_NEW             /* linux/userfaultfd.h before 6.1 */
 #define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
 #endif
@@ -29,7 +31,7 @@ static int new_fd(int *fd)
 {
     long r = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
     if (r >= 0) {
-        *fd = (int)r;
+        *fd = os_fd_high((int)r);
         return 0;
     }
     int err = errno;
@@ -41,7 +43,7 @@ static int new_fd(int *fd)
     close(dev);
     if (r < 0)
         return err;
-    *fd = (int)r;
+    *fd = os_fd_high((int)r);
     return 0;
 }
 

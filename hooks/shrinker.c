@@ -348,10 +348,10 @@ static void start_locked(void)
         leaving = abandoned = 0;
     }
     if (wake_fd < 0)
-        wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        wake_fd = os_fd_high(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!watch_open && sd_opt.psi) {
-        psi_fd = psi_open();
-        cg_fd = cgroup_events_open(&cg_high);
+        psi_fd = os_fd_high(psi_open());
+        cg_fd = os_fd_high(cgroup_events_open(&cg_high));
     }
     watch_open = 1;
     if (wake_fd >= 0 && create_thread_locked() == 0) {

@@ -259,7 +259,7 @@ static void control_open(void)
     size_t n = sd_fmt(a.sun_path + 1, sizeof a.sun_path - 1, SD_CONTROL_NAME_FMT,
                       (int)getpid());
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = os_fd_high(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (fd < 0) {
         sd_warn("SLABDEFRAG_CONTROL=1: cannot create the control socket (errno %d)",
                 errno);

@@ -77,6 +77,10 @@ SD_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
     }
     return 0;
 }
+SD_EXPORT int sigaltstack(const stack_t *ss, stack_t *old)
+{
+    return arena_sigaltstack(ss, old);
+}
 SD_EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
     struct sigaction sa, old;
