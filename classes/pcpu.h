@@ -25,6 +25,7 @@
 
 #include "cache.h"
 #include "rseq.h"
+#include "tcache.h"
 
 _Static_assert(SD_MAX_CACHES == SD_BIN_NONE, "PCPU_BIN_NONE is the last header");
 
@@ -59,11 +60,14 @@ void pcpu_stat_add(uint16_t id, enum sd_stat i, unsigned long n);
 unsigned long pcpu_stat_sum(uint16_t id, enum sd_stat i);
 
 /* A hot counter (refills, direct allocations, frees to slabs): per CPU
- * in per-CPU mode, on the cache otherwise. */
+ * in per-CPU mode; per thread otherwise (tcache_stat_hot), but for the
+ * direct allocations, which take the locks anyway. */
 static inline void cache_stat_hot(struct sd_cache *c, enum sd_stat i, unsigned long n)
 {
     if (sd_pcpu_on)
         pcpu_stat_add(c->id, i, n);
+    else if (i != SD_STAT_ALLOC_DIRECT)
+        tcache_stat_hot(c, i);
     else
         cache_stat_add(c, i, n);
 }
@@ -74,6 +78,8 @@ static inline unsigned long cache_stat_read(const struct sd_cache *c, enum sd_st
     unsigned long n = __atomic_load_n(&c->stat[i], __ATOMIC_RELAXED);
     if (i == SD_STAT_ALLOC_REFILL || i == SD_STAT_ALLOC_DIRECT || i == SD_STAT_FREE_REMOTE)
         n += pcpu_stat_sum(c->id, i);
+    if (i == SD_STAT_ALLOC_REFILL || i == SD_STAT_FREE_REMOTE)
+        n += tcache_stat_sum(c->id, i);
     return n;
 }
 

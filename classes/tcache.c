@@ -52,6 +52,24 @@ static size_t ubins_bytes(void)
     return (bytes + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
 }
 
+/* This thread's counters into their caches (thread exit). */
+static void stats_fold(struct tcache *t)
+{
+    for (unsigned id = 0; id < SD_MAX_CACHES; id++) {
+        struct tbin *b = id < SD_NCLASSES ? &t->bins[id]
+                       : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
+        struct sd_cache *c = __atomic_load_n(&sd_caches[id], __ATOMIC_ACQUIRE);
+        if (!b || !c)
+            continue;
+        if (b->n_refill)
+            cache_stat_add(c, SD_STAT_ALLOC_REFILL, b->n_refill);
+        if (b->n_remote)
+            cache_stat_add(c, SD_STAT_FREE_REMOTE, b->n_remote);
+        __atomic_store_n(&b->n_refill, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->n_remote, 0, __ATOMIC_RELAXED);
+    }
+}
+
 static void thread_exit(void *arg)
 {
     struct tcache *t = arg;
@@ -59,6 +77,7 @@ static void thread_exit(void *arg)
         return;
     tcache_flush(t);
     sd_mutex_lock(&registry_lock);
+    stats_fold(t);                  /* under the lock: never counted twice */
     list_del(&t->link);
     sd_mutex_unlock(&registry_lock);
     t->state = TC_DEAD;
@@ -198,6 +217,36 @@ size_t tcache_private_objects(uint16_t id)
             : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
         if (b)
             n += __atomic_load_n(&b->nfree, __ATOMIC_RELAXED);
+    }
+    sd_mutex_unlock(&registry_lock);
+    return n;
+}
+
+void tcache_stat_hot(struct sd_cache *c, enum sd_stat i)
+{
+    struct tcache *t = &sd_tc;
+    struct tbin *b = t->state != TC_LIVE ? NULL
+                   : c->id < SD_NCLASSES ? &t->bins[c->id]
+                   : t->ubins ? &t->ubins[c->id - SD_NCLASSES] : NULL;
+    if (!b) {
+        cache_stat_add(c, i, 1);
+        return;
+    }
+    uint32_t *n = i == SD_STAT_ALLOC_REFILL ? &b->n_refill : &b->n_remote;
+    __atomic_store_n(n, *n + 1, __ATOMIC_RELAXED);     /* owner only: no lock prefix */
+}
+
+unsigned long tcache_stat_sum(uint16_t id, enum sd_stat i)
+{
+    unsigned long n = 0;
+    sd_mutex_lock(&registry_lock);
+    for (struct sd_list *l = registry.next; l != &registry; l = l->next) {
+        struct tcache *t = list_entry(l, struct tcache, link);
+        const struct tbin *b = id < SD_NCLASSES ? &t->bins[id]
+            : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
+        if (b)
+            n += __atomic_load_n(i == SD_STAT_ALLOC_REFILL ? &b->n_refill : &b->n_remote,
+                                 __ATOMIC_RELAXED);
     }
     sd_mutex_unlock(&registry_lock);
     return n;

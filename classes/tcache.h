@@ -20,6 +20,9 @@ struct tbin {
     struct sd_list owned;       /* ring of full-when-left slabs the thread
                                    still owns (SLUB's cpu partial list):
                                    its frees to them take no lock */
+    uint32_t     n_refill;      /* statistics, owner-written, summed on
+                                   read and folded into the cache at exit: */
+    uint32_t     n_remote;      /* ALLOC_REFILL and FREE_REMOTE */
 };
 
 /* Slabs a thread keeps on each ring; past it the oldest goes back.  Four
@@ -66,6 +69,12 @@ void tcache_owned_release(struct tbin *b, struct slab *s);
 /* Objects on all live threads' private lists for cache id (racy reads;
  * exact at a quiescent point). */
 size_t tcache_private_objects(uint16_t id);
+/* Per-thread mode: count a refill or a remote free of cache c on this
+ * thread's bin (no shared cache line written), or on the cache when the
+ * thread has no bin for it.  i: SD_STAT_ALLOC_REFILL or _FREE_REMOTE. */
+void tcache_stat_hot(struct sd_cache *c, enum sd_stat i);
+/* Live threads' counts of i for cache id (dead ones are in c->stat). */
+unsigned long tcache_stat_sum(uint16_t id, enum sd_stat i);
 
 /* get() guard: while a get() runs, every allocator entry of this thread
  * falls to a slow path that reports the misuse: the thread's per-CPU
