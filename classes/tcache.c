@@ -13,6 +13,7 @@
 #include "tcache.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -52,12 +53,18 @@ static size_t ubins_bytes(void)
     return (bytes + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
 }
 
+/* Thread t's bin for cache id, or NULL (a typed cache it never used). */
+static struct tbin *bin_of(struct tcache *t, uint16_t id)
+{
+    return id < SD_NCLASSES ? &t->bins[id]
+         : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
+}
+
 /* This thread's counters into their caches (thread exit). */
 static void stats_fold(struct tcache *t)
 {
     for (unsigned id = 0; id < SD_MAX_CACHES; id++) {
-        struct tbin *b = id < SD_NCLASSES ? &t->bins[id]
-                       : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
+        struct tbin *b = bin_of(t, (uint16_t)id);
         struct sd_cache *c = __atomic_load_n(&sd_caches[id], __ATOMIC_ACQUIRE);
         if (!b || !c)
             continue;
@@ -207,27 +214,30 @@ void tcache_flush(struct tcache *t)
             tcache_flush_bin(&t->ubins[i]);
 }
 
-size_t tcache_private_objects(uint16_t id)
+/* The sum over live threads of the uint32_t at byte off of their bins of
+ * cache id (racy reads; exact at a quiescent point). */
+static unsigned long registry_sum(uint16_t id, size_t off)
 {
-    size_t n = 0;
+    unsigned long n = 0;
     sd_mutex_lock(&registry_lock);
     for (struct sd_list *l = registry.next; l != &registry; l = l->next) {
-        struct tcache *t = list_entry(l, struct tcache, link);
-        const struct tbin *b = id < SD_NCLASSES ? &t->bins[id]
-            : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
+        struct tbin *b = bin_of(list_entry(l, struct tcache, link), id);
         if (b)
-            n += __atomic_load_n(&b->nfree, __ATOMIC_RELAXED);
+            n += __atomic_load_n((uint32_t *)((char *)b + off), __ATOMIC_RELAXED);
     }
     sd_mutex_unlock(&registry_lock);
     return n;
 }
 
+size_t tcache_private_objects(uint16_t id)
+{
+    return registry_sum(id, offsetof(struct tbin, nfree));
+}
+
 void tcache_stat_hot(struct sd_cache *c, enum sd_stat i)
 {
     struct tcache *t = &sd_tc;
-    struct tbin *b = t->state != TC_LIVE ? NULL
-                   : c->id < SD_NCLASSES ? &t->bins[c->id]
-                   : t->ubins ? &t->ubins[c->id - SD_NCLASSES] : NULL;
+    struct tbin *b = t->state == TC_LIVE ? bin_of(t, c->id) : NULL;
     if (!b) {
         cache_stat_add(c, i, 1);
         return;
@@ -238,18 +248,8 @@ void tcache_stat_hot(struct sd_cache *c, enum sd_stat i)
 
 unsigned long tcache_stat_sum(uint16_t id, enum sd_stat i)
 {
-    unsigned long n = 0;
-    sd_mutex_lock(&registry_lock);
-    for (struct sd_list *l = registry.next; l != &registry; l = l->next) {
-        struct tcache *t = list_entry(l, struct tcache, link);
-        const struct tbin *b = id < SD_NCLASSES ? &t->bins[id]
-            : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
-        if (b)
-            n += __atomic_load_n(i == SD_STAT_ALLOC_REFILL ? &b->n_refill : &b->n_remote,
-                                 __ATOMIC_RELAXED);
-    }
-    sd_mutex_unlock(&registry_lock);
-    return n;
+    return registry_sum(id, i == SD_STAT_ALLOC_REFILL ? offsetof(struct tbin, n_refill)
+                                                      : offsetof(struct tbin, n_remote));
 }
 
 /* ---------------------------------------------------------------- */
