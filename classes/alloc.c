@@ -84,15 +84,15 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         return cache_alloc_fast(c, b, c->fp_off);
     }
     if (best) {
+        list_del(&best->link);              /* off the ring first: the */
+        b->nowned--;                        /* budget may release one */
+        t->ring_bytes -= seg_kind_bytes(best->kind);
         if (s) {                            /* to the ring, still ours */
             sd_spin_lock(&s->lock);
             slab_set_state(s, SLAB_OWNED);
             sd_spin_unlock(&s->lock);
-            list_add_head(&b->owned, &s->link);
-            b->nowned++;
+            tcache_ring_add(t, b, s);
         }
-        list_del(&best->link);
-        b->nowned--;
         sd_spin_lock(&best->lock);
         b->free = best->local_free;
         b->nfree = best->nlocal;
@@ -118,9 +118,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         slab_set_state(s, SLAB_OWNED);
         sd_spin_unlock(&s->lock);
         b->slab = NULL;
-        list_add_head(&b->owned, &s->link);
-        if (++b->nowned > tbin_owned_max(s->kind))
-            tcache_owned_release(b, list_entry(b->owned.prev, struct slab, link));
+        tcache_ring_add(t, b, s);
     }
     /* No own frees anywhere: a ring slab with frees from other threads
      * (its shared freelist, under its lock) becomes active again. */
@@ -136,6 +134,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         }
         list_del(&o->link);
         b->nowned--;
+        t->ring_bytes -= seg_kind_bytes(o->kind);
         b->free = o->freelist;
         b->nfree = o->capacity - o->inuse;
         o->freelist = NULL;

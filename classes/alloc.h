@@ -9,7 +9,8 @@
  *
  * Per-thread mode (the fallback): allocation pops the thread's private
  * freelist: two loads, two stores and one unlikely branch to
- * cache_alloc_slow().  Fast free pushes onto the slab's local list when
+ * cache_alloc_slow(), inside the gate that lets the shrinker take an idle
+ * thread's slabs (classes/tcache.h: two stores, a load, a branch).  Fast free pushes onto the slab's local list when
  * the slab is owned by this thread (its active slab or one on its ring),
  * with no lock and no atomic; the slow allocation path swaps the active
  * slab's local list in (mimalloc's free/local_free split).  Anything else
@@ -94,14 +95,19 @@ static inline void *pcpu_alloc(struct sd_cache *c, unsigned id, char *base)
 static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b,
                                      unsigned fpo)
 {
-    char *base = sd_tc.pcpu;
+    struct tcache *t = &sd_tc;
+    char *base = t->pcpu;
     if (likely(base))
         return pcpu_alloc(c, c->id, base);
+    tcache_enter(t);
     void *p = b->free;
-    if (unlikely(!p))
-        return cache_alloc_slow(c, b);
-    b->free = *(void **)((char *)p + fpo);
-    b->nfree--;
+    if (likely(p)) {
+        b->free = *(void **)((char *)p + fpo);
+        b->nfree--;
+    } else {
+        p = cache_alloc_slow(c, b);
+    }
+    tcache_leave(t);
     return p;
 }
 
@@ -124,7 +130,9 @@ static inline void cache_free_fast(struct slab *s, void *p, const char *call)
         return;
     }
 #endif
-    if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == sd_tc.token) &&
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token) &&
         likely(slab_contains(s, p))) {
         /* Our active slab or one on our ring: its local list, which the
          * allocation path takes over when the private list runs dry. */
@@ -133,9 +141,10 @@ static inline void cache_free_fast(struct slab *s, void *p, const char *call)
         *slab_fp(s, p) = s->local_free;
         s->local_free = p;
         s->nlocal++;
-        return;
+    } else {
+        cache_free_slow(s, p, call);
     }
-    cache_free_slow(s, p, call);
+    tcache_leave(t);
 }
 
 #endif

@@ -13,7 +13,16 @@
  *
  * Lock order (outer first)
  *
- *   0. pcpu_lock (sd_mutex)    set-up of per-CPU headers, and drains of
+ *   0. reclaim_lock (sd_mutex, per-thread mode, classes/tcache.c)  held
+ *                              by whoever takes idle threads' active slabs
+ *                              and rings (the gate of classes/tcache.h);
+ *                              under it: the registry, then slab, list and
+ *                              segment locks as below.  A thread revoked
+ *                              meanwhile waits for it at its outermost
+ *                              allocator entry, holding nothing - or in the
+ *                              get() guard, holding only a frozen slab's
+ *                              lock, which a reclaim never takes.
+ *      pcpu_lock (sd_mutex)    set-up of per-CPU headers, and drains of
  *                              other CPUs' stacks (lock every header, one
  *                              membarrier fence, return the objects).  A
  *                              drain returns objects under the locks
@@ -37,17 +46,20 @@
  * second.  No other path ever holds two slab locks.
  *
  * Owner-private state takes no lock: a thread's private list, its slabs'
- * local lists and nlocal, and its ring.  Only the shared freelist is read
+ * local lists and nlocal, and its ring.  Another thread touches them only
+ * through the gate (classes/tcache.h): after a membarrier fence has shown
+ * the owner outside the allocator, with the owner held out until done.  Only the shared freelist is read
  * without the lock, by the owner deciding which ring slab to lock (a
  * relaxed peek; the remote free stores it relaxed under the lock).  A
  * fork child therefore never trusts another thread's tbin: it finds that
  * thread's slabs by owner (classes/tcache.c).
  *
- * The fork handler takes pcpu_lock first (no drain is half done in the
- * child; the stacks themselves are consistent at every instant, each
- * sequence committing with one store), then the leaves (nobody holding one waits for
- * anything), then every slab lock (nobody holding a slab lock waits for a
- * leaf), then every list lock (holders of a list lock only try slab locks).
+ * The fork handler takes reclaim_lock and pcpu_lock first (no reclaim
+ * and no drain is half done in the child; the stacks themselves are
+ * consistent at every instant, each sequence committing with one store),
+ * then the leaves (nobody holding one waits for anything), then every
+ * slab lock (nobody holding a slab lock waits for a leaf), then every
+ * list lock (holders of a list lock only try slab locks).
  *
  * Frees in per-CPU mode never touch the slab: any thread pushes onto its
  * CPU's stack, and only a full stack's batch goes back to the slabs,

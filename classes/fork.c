@@ -7,7 +7,7 @@
  * static storage, so registering does not allocate.
  *
  * prepare takes every allocator lock in the documented order
- * (classes/cache.c): the cache registry, the thread registry, the segment
+ * (classes/cache.c): the reclaim and drain locks, the cache registry, the thread registry, the segment
  * and large-block leaves, every slab lock, every cache list lock.  The
  * parent releases them.  The child resets them (it runs as a new tid) and
  * adopts the slabs of the threads that did not survive the fork (found by
@@ -30,6 +30,7 @@
 
 static void fork_prepare(void)
 {
+    tcache_lock_reclaim();           /* outermost: no thread's bins half taken */
     pcpu_drain_lock();               /* outermost: no drain in flight */
     sd_mutex_lock(&sd_caches_lock);
     tcache_lock_registry();
@@ -48,6 +49,7 @@ static void fork_parent(void)
     tcache_unlock_registry(0);
     sd_mutex_unlock(&sd_caches_lock);
     pcpu_drain_unlock(0);
+    tcache_unlock_reclaim(0);
 }
 
 static void fork_child(void)
@@ -60,6 +62,7 @@ static void fork_child(void)
     tcache_unlock_registry(1);
     sd_mutex_reset_child(&sd_caches_lock);
     pcpu_drain_unlock(1);
+    tcache_unlock_reclaim(1);
     tcache_after_fork_child();
 }
 

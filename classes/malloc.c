@@ -20,20 +20,25 @@ static __attribute__((noinline)) void *malloc_slow(unsigned cls)
 }
 
 /* The fast path: a table or bit lookup for the class, then pop this
- * CPU's stack (or, per thread, the thread's private freelist); one
- * unlikely branch to a slow path. */
+ * CPU's stack (or, per thread, the thread's private freelist, inside the
+ * gate of classes/tcache.h); one unlikely branch to a slow path. */
 static inline void *malloc_small(size_t n)
 {
     unsigned cls = sizeclass_of(n);
     char *base = sd_tc.pcpu;
     if (likely(base))
         return pcpu_alloc(&sd_malloc_caches[cls], cls, base);
-    struct tbin *b = &sd_tc.bins[cls];
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    struct tbin *b = &t->bins[cls];
     void *p = b->free;
-    if (unlikely(!p))
-        return malloc_slow(cls);
-    b->free = *(void **)p;
-    b->nfree--;
+    if (likely(p)) {
+        b->free = *(void **)p;
+        b->nfree--;
+    } else {
+        p = malloc_slow(cls);
+    }
+    tcache_leave(t);
     return p;
 }
 
@@ -186,7 +191,8 @@ int sdm_posix_memalign(void **out, size_t align, size_t n)
 int sdm_trim(void)
 {
     size_t bytes = large_trim();
-    tcache_flush(&sd_tc);
+    tcache_flush_self();
+    tcache_reclaim(1);
     pcpu_drain(NULL);
     for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
         struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);

@@ -8,15 +8,20 @@
  * allocate) and after exit, the thread allocates through the direct,
  * locked path, so blocks it allocated can always be freed by others.
  *
- * The registry lock is a leaf (see classes/cache.c).
+ * The registry lock is a leaf (see classes/cache.c).  The reclaim lock
+ * is outermost: the shrinker holds it while it takes idle threads' bins
+ * (the gate, tcache.h), and a thread that finds itself revoked waits for
+ * it at its outermost allocator entry, holding no other lock.
  */
 #include "tcache.h"
 
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "alloc.h"
+#include "options.h"
 #include "os.h"
 #include "segment.h"
 
@@ -24,6 +29,7 @@ __thread struct tcache sd_tc __attribute__((tls_model("initial-exec"))) = {
     .token = 1,
 };
 
+static sd_mutex reclaim_lock = SD_MUTEX_INIT;
 static sd_mutex registry_lock = SD_MUTEX_INIT;
 static struct sd_list registry = { &registry, &registry };
 static pthread_key_t exit_key;
@@ -77,16 +83,25 @@ static void stats_fold(struct tcache *t)
     }
 }
 
+static void flush(struct tcache *t);
+
 static void thread_exit(void *arg)
 {
     struct tcache *t = arg;
     if (t != &sd_tc)
         return;
-    tcache_flush(t);
+    tcache_enter(t);
+    flush(t);
+    tcache_leave(t);
     sd_mutex_lock(&registry_lock);
     stats_fold(t);                  /* under the lock: never counted twice */
     list_del(&t->link);
     sd_mutex_unlock(&registry_lock);
+    /* A reclaim that found t in the registry before it left holds the
+     * reclaim lock until it is done with t: wait for it, so that t's
+     * storage outlives its last look. */
+    sd_mutex_lock(&reclaim_lock);
+    sd_mutex_unlock(&reclaim_lock);
     t->state = TC_DEAD;
     t->token = 1;
     if (t->ubins) {
@@ -147,7 +162,9 @@ struct tbin *tcache_ubin(uint16_t id)
         struct tbin *u = m;
         for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
             list_init(&u[i].owned);
+        tcache_enter(t);                /* a reclaim reads t->ubins */
         t->ubins = u;
+        tcache_leave(t);
     }
     return &t->ubins[id - SD_NCLASSES];
 }
@@ -166,15 +183,9 @@ static void list_splice_free(struct slab *s, void *head, uint32_t n)
     s->inuse -= n;
 }
 
-void tcache_owned_release(struct tbin *b, struct slab *s)
+/* Settle a slab that leaves a thread (locked; local list spliced). */
+static void settle_unlock(struct sd_cache *c, struct slab *s)
 {
-    struct sd_cache *c = s->cache;
-    list_del(&s->link);
-    b->nowned--;
-    sd_spin_lock(&s->lock);
-    list_splice_free(s, s->local_free, s->nlocal);
-    s->local_free = NULL;
-    s->nlocal = 0;
     int release = cache_slab_settle_locked(c, s, 0);
     sd_spin_unlock(&s->lock);
     cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
@@ -182,14 +193,35 @@ void tcache_owned_release(struct tbin *b, struct slab *s)
         cache_slab_release(c, s);
 }
 
-void tcache_flush_bin(struct tbin *b)
+void tcache_ring_add(struct tcache *t, struct tbin *b, struct slab *s)
+{
+    list_add_head(&b->owned, &s->link);
+    b->nowned++;
+    t->ring_bytes += seg_kind_bytes(s->kind);
+    if (b->nowned > tbin_owned_max(s->kind) ||
+        t->ring_bytes > (size_t)sd_opt.thread_kb << 10)
+        tcache_owned_release(t, b, list_entry(b->owned.prev, struct slab, link));
+}
+
+void tcache_owned_release(struct tcache *t, struct tbin *b, struct slab *s)
+{
+    list_del(&s->link);
+    b->nowned--;
+    t->ring_bytes -= seg_kind_bytes(s->kind);
+    sd_spin_lock(&s->lock);
+    list_splice_free(s, s->local_free, s->nlocal);
+    s->local_free = NULL;
+    s->nlocal = 0;
+    settle_unlock(s->cache, s);
+}
+
+static void flush_bin(struct tcache *t, struct tbin *b)
 {
     while (b->nowned)
-        tcache_owned_release(b, list_entry(b->owned.prev, struct slab, link));
+        tcache_owned_release(t, b, list_entry(b->owned.prev, struct slab, link));
     struct slab *s = b->slab;
     if (!s)
         return;
-    struct sd_cache *c = s->cache;
     sd_spin_lock(&s->lock);
     list_splice_free(s, b->free, b->nfree);
     list_splice_free(s, s->local_free, s->nlocal);
@@ -198,20 +230,152 @@ void tcache_flush_bin(struct tbin *b)
     b->free = NULL;
     b->nfree = 0;
     b->slab = NULL;
-    int release = cache_slab_settle_locked(c, s, 0);
-    sd_spin_unlock(&s->lock);
-    cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
-    if (release)
-        cache_slab_release(c, s);
+    settle_unlock(s->cache, s);
 }
 
-void tcache_flush(struct tcache *t)
+static void flush(struct tcache *t)
 {
     for (unsigned i = 0; i < SD_NCLASSES; i++)
-        tcache_flush_bin(&t->bins[i]);
+        flush_bin(t, &t->bins[i]);
     if (t->ubins)
         for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
-            tcache_flush_bin(&t->ubins[i]);
+            flush_bin(t, &t->ubins[i]);
+}
+
+void tcache_flush_self(void)
+{
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    flush(t);
+    tcache_leave(t);
+}
+
+void tcache_flush_self_bin(uint16_t id)
+{
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    struct tbin *b = bin_of(t, id);
+    if (b)
+        flush_bin(t, b);
+    tcache_leave(t);
+}
+
+void tcache_release_own(struct slab *s)
+{
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    if (__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token &&
+        s->state == SLAB_OWNED) {
+        struct tbin *b = bin_of(t, s->bin);
+        if (b)
+            tcache_owned_release(t, b, s);
+    }
+    tcache_leave(t);
+}
+
+/* ---------------------------------------------------------------- */
+/* Reclaim: the shrinker takes idle threads' bins (the gate, tcache.h) */
+
+static int fence_state;             /* 0 unknown, 1 registered, -1 none */
+
+static int fence_ready(void)
+{
+    int st = __atomic_load_n(&fence_state, __ATOMIC_RELAXED);
+    if (!st) {
+        int cmds = os_membarrier(MEMBARRIER_CMD_QUERY);
+        st = cmds >= 0 && cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED &&
+             os_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 ? 1 : -1;
+        __atomic_store_n(&fence_state, st, __ATOMIC_RELAXED);
+    }
+    return st > 0;
+}
+
+void tcache_enter_wait(struct tcache *t)
+{
+    if (TC_GATE_DEPTH(t->gate) > 1)     /* nested: the outer entry was seen */
+        return;
+    while (__atomic_load_n(&t->revoked, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&t->gate, t->gate - TC_GATE_IN, __ATOMIC_RELAXED);
+        sd_mutex_lock(&reclaim_lock);       /* the shrinker is done with t */
+        sd_mutex_unlock(&reclaim_lock);
+        __atomic_store_n(&t->gate, t->gate + TC_GATE_IN, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    }
+}
+
+static int holds_slabs(const struct tcache *t)
+{
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        if (t->bins[i].slab || t->bins[i].nowned)
+            return 1;
+    if (t->ubins)
+        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+            if (t->ubins[i].slab || t->ubins[i].nowned)
+                return 1;
+    return 0;
+}
+
+#define RECLAIM_BATCH 64
+
+unsigned tcache_reclaim(int all)
+{
+    if (sd_pcpu_on || !fence_ready())
+        return 0;
+    static uint32_t reclaims;           /* under reclaim_lock */
+    struct tcache *self = &sd_tc, *batch[RECLAIM_BATCH];
+    unsigned taken = 0, n;
+    sd_mutex_lock(&reclaim_lock);
+    uint32_t id = ++reclaims;
+    do {
+        n = 0;
+        sd_mutex_lock(&registry_lock);
+        for (struct sd_list *l = registry.next; l != &registry && n < RECLAIM_BATCH;
+             l = l->next) {
+            struct tcache *t = list_entry(l, struct tcache, link);
+            if (t->looked == id)
+                continue;
+            t->looked = id;
+            uint32_t calls = TC_GATE_CALLS(__atomic_load_n(&t->gate, __ATOMIC_RELAXED));
+            int busy = calls != t->seen_calls;
+            t->seen_calls = calls;
+            if (t == self || (busy && !all))
+                continue;
+            __atomic_store_n(&t->revoked, 1, __ATOMIC_RELAXED);
+            batch[n++] = t;
+        }
+        sd_mutex_unlock(&registry_lock);
+        if (!n)
+            break;
+        /* Every CPU running one of them passes a full barrier: each
+         * either stored its depth before it, and is seen inside, or will
+         * see `revoked` on its way in. */
+        os_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+        for (unsigned i = 0; i < n; i++) {
+            struct tcache *t = batch[i];
+            /* Outside: its bins are ours to read and take until the
+             * `revoked` store below. */
+            if (!TC_GATE_DEPTH(__atomic_load_n(&t->gate, __ATOMIC_ACQUIRE)) &&
+                holds_slabs(t)) {
+                flush(t);
+                taken++;
+            }
+            __atomic_store_n(&t->revoked, 0, __ATOMIC_RELEASE);
+        }
+    } while (n == RECLAIM_BATCH);
+    sd_mutex_unlock(&reclaim_lock);
+    return taken;
+}
+
+int tcache_reclaim_wanted(void)
+{
+    if (sd_pcpu_on)
+        return 0;
+    unsigned n = 0;
+    sd_mutex_lock(&registry_lock);
+    for (struct sd_list *l = registry.next; l != &registry; l = l->next)
+        n++;
+    sd_mutex_unlock(&registry_lock);
+    return n > 4 * os_ncpus();
 }
 
 /* The sum over live threads of the uint32_t at byte off of their bins of
@@ -258,6 +422,11 @@ unsigned long tcache_stat_sum(uint16_t id, enum sd_stat i)
 void tcache_guard_enter(struct tcache_guard *g, const struct sd_cache *c)
 {
     struct tcache *t = &sd_tc;
+    /* In the gate while the bins are set aside, so that no reclaim
+     * flushes them half hidden.  It may wait here with the vacated
+     * slab's lock held: a reclaim takes only the locks of the thread's own
+     * slabs (active and ring, never frozen) and leaves. */
+    tcache_enter(t);
     g->pcpu = t->pcpu;
     t->pcpu = NULL;
     for (unsigned i = 0; i < SD_NCLASSES; i++) {
@@ -282,6 +451,7 @@ void tcache_guard_leave(struct tcache_guard *g)
     t->token = g->token;
     t->in_get = 0;
     t->get_cache = NULL;
+    tcache_leave(t);
 }
 
 void tcache_check_get(const char *call)
@@ -294,6 +464,18 @@ void tcache_check_get(const char *call)
 
 /* ---------------------------------------------------------------- */
 /* Fork                                                              */
+
+void tcache_lock_reclaim(void) { sd_mutex_lock(&reclaim_lock); }
+
+void tcache_unlock_reclaim(int child)
+{
+    if (child) {
+        sd_mutex_reset_child(&reclaim_lock);
+        __atomic_store_n(&fence_state, 0, __ATOMIC_RELAXED);  /* a new mm */
+    } else {
+        sd_mutex_unlock(&reclaim_lock);
+    }
+}
 
 void tcache_lock_registry(void) { sd_mutex_lock(&registry_lock); }
 
@@ -326,7 +508,7 @@ static void adopt_dead_slab(struct slab *s, void *arg)
 {
     struct adopt *a = arg;
     unsigned st = s->state;
-    s->feeding = 0;                 /* refills of threads that are gone */
+    __atomic_store_n(&s->feeding, 0, __ATOMIC_RELAXED);   /* refills of threads gone */
     if ((st != SLAB_ACTIVE && st != SLAB_OWNED) || s->owner == a->keep)
         return;
     sd_spin_lock(&s->lock);

@@ -41,6 +41,10 @@ struct tcache {
     char        *pcpu;          /* per-CPU regions (classes/pcpu.h) once this
                                    thread uses them; NULL: the per-thread
                                    bins below (and while a get() runs) */
+    uint64_t     gate;          /* per-thread mode (the gate, below): low
+                                   32 bits, allocator calls of this thread
+                                   under way; high 32, calls that left */
+    uint8_t      revoked;       /* the shrinker is taking the bins */
     uintptr_t    token;         /* slab->owner of our active slabs; 1 = none */
     uint32_t     tid;           /* gettid(), for the slab locks */
     uint8_t      state;         /* enum tc_state */
@@ -48,7 +52,11 @@ struct tcache {
     const struct sd_cache *get_cache;  /* whose get() */
     struct tbin *ubins;         /* bins of typed caches, or NULL */
     struct sd_list link;        /* registry of live thread caches */
+    size_t       ring_bytes;    /* bytes of the slabs on all its rings */
     struct tbin  bins[SD_NCLASSES];
+    uint32_t     seen_calls;    /* the shrinker's (its own line, away from
+                                   the hot one): calls at its last look, */
+    uint32_t     looked;        /* and the reclaim that looked */
 };
 
 extern SD_HIDDEN __thread struct tcache sd_tc __attribute__((tls_model("initial-exec")));
@@ -57,15 +65,69 @@ extern SD_HIDDEN __thread struct tcache sd_tc __attribute__((tls_model("initial-
  * NULL if that fails or the thread has no cache). */
 struct tbin *tcache_ubin(uint16_t id);
 
+/* ---------------------------------------------------------------------
+ * The gate (per-thread mode): how the shrinker takes the slabs of an idle
+ * thread.  A thread's bins are owner-private, read and written with no
+ * lock, so another thread may only touch them while the owner is outside
+ * the allocator and will stay out until it is done.  Every path of the
+ * owner that touches its bins runs between tcache_enter() and
+ * tcache_leave(); the shrinker (tcache_reclaim) sets `revoked`, fences
+ * every CPU with membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), and takes
+ * the bins only if the gate's depth then reads 0.  The owner's side is a
+ * store, a compiler barrier and a load (an asymmetric Dekker: the
+ * membarrier is the owner's missing fence): either the shrinker sees the
+ * owner inside, and leaves it alone, or the owner sees `revoked` on its
+ * way in, and waits in tcache_enter_wait() until the shrinker is done.
+ * Nested entries (a signal handler's malloc, a slow path calling a fast
+ * one) never wait: the outer one was already seen.  A thread waits at its
+ * outermost entry only, where it holds no allocator lock.  The count of
+ * calls that left tells the shrinker which threads were idle since its
+ * last look.  The acquire and release orders cost nothing on x86; they
+ * give ThreadSanitizer, which cannot see the membarrier, its edges. */
+#define TC_GATE_IN    1ull
+#define TC_GATE_OUT   ((1ull << 32) - 1)    /* depth - 1, calls + 1 */
+#define TC_GATE_DEPTH(g) ((uint32_t)(g))
+#define TC_GATE_CALLS(g) ((uint32_t)((g) >> 32))
+
+void tcache_enter_wait(struct tcache *t) __attribute__((noinline, cold));
+
+static inline void tcache_enter(struct tcache *t)
+{
+    __atomic_store_n(&t->gate, t->gate + TC_GATE_IN, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (unlikely(__atomic_load_n(&t->revoked, __ATOMIC_ACQUIRE)))
+        tcache_enter_wait(t);
+}
+
+static inline void tcache_leave(struct tcache *t)
+{
+    __atomic_store_n(&t->gate, t->gate + TC_GATE_OUT, __ATOMIC_RELEASE);
+}
+
+/* Take the active slabs and rings of live threads that are outside the
+ * allocator: with `all`, every such thread (malloc_trim, sd_shrink_all);
+ * otherwise those that made no allocator call since the last look (the
+ * shrinker's passes).  Per-thread mode only; nothing without membarrier.
+ * Returns the number of threads whose bins it took.  No lock held. */
+unsigned tcache_reclaim(int all);
+/* Is there reason for the shrinker to run for idle threads (per-thread
+ * mode, more live thread caches than a few per CPU)? */
+int tcache_reclaim_wanted(void);
+
 /* Set up this thread's cache (state NEW -> LIVE); 0 or -1 (then use the
  * direct, locked path). */
 int tcache_init(void);
-/* Give every active slab of this thread back (thread exit, shrink). */
-void tcache_flush(struct tcache *t);
-/* Give back this thread's active slab and ring of one cache. */
-void tcache_flush_bin(struct tbin *b);
-/* Give back one slab of the ring (owner's thread). */
-void tcache_owned_release(struct tbin *b, struct slab *s);
+/* Give every active slab of this thread back (shrink, malloc_trim). */
+void tcache_flush_self(void);
+/* Give back this thread's active slab and ring of cache id. */
+void tcache_flush_self_bin(uint16_t id);
+/* Give back s if it is on this thread's ring (sd_vacate). */
+void tcache_release_own(struct slab *s);
+/* Put s (t's, locked by no one) on b's ring, past which (tbin_owned_max,
+ * or SLABDEFRAG_THREAD_KB over all of t's rings) the oldest goes back;
+ * and give back one slab of the ring.  The owner's thread, in the gate. */
+void tcache_ring_add(struct tcache *t, struct tbin *b, struct slab *s);
+void tcache_owned_release(struct tcache *t, struct tbin *b, struct slab *s);
 /* Objects on all live threads' private lists for cache id (racy reads;
  * exact at a quiescent point). */
 size_t tcache_private_objects(uint16_t id);
@@ -91,6 +153,9 @@ void tcache_guard_leave(struct tcache_guard *g);
 /* Called by slow paths: aborts with a report if inside get(). */
 void tcache_check_get(const char *call);
 
+/* Fork: the reclaim lock (outermost, with pcpu_lock) and the registry. */
+void tcache_lock_reclaim(void);
+void tcache_unlock_reclaim(int child);
 void tcache_lock_registry(void);
 void tcache_unlock_registry(int child);
 void tcache_after_fork_child(void);

@@ -69,6 +69,24 @@ int os_remap(void *old, size_t old_size, size_t new_size, void **out)
     return 0;
 }
 
+unsigned os_ncpus(void)
+{
+    static unsigned n;
+    unsigned v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+    if (!v) {
+        long r = sysconf(_SC_NPROCESSORS_ONLN);
+        v = r > 0 ? (unsigned)r : 1;
+        __atomic_store_n(&n, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+int os_membarrier(int cmd)
+{
+    long r = syscall(__NR_membarrier, cmd, 0, 0);
+    return r < 0 ? -errno : (int)r;
+}
+
 int os_fd_high(int fd)
 {
     if (fd < 0)

@@ -28,6 +28,12 @@ int os_purge(void *p, size_t size);
 /* Grow or shrink a mapping, possibly moving it.  0 or errno. */
 int os_remap(void *old, size_t old_size, size_t new_size, void **out);
 
+/* CPUs online (at least 1; read once). */
+unsigned os_ncpus(void);
+/* membarrier(2) with command cmd (MEMBARRIER_CMD_*, no flags): its
+ * result, or -errno. */
+int os_membarrier(int cmd);
+
 /* ---- remappable memory (the meshing arena, core/arena.c) ----
  * A memfd of `size` bytes (sparse, nothing allocated), close-on-exec.
  * *fd gets it.  0 or errno. */

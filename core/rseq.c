@@ -17,15 +17,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "os.h"
+
 long sd_rseq_offset;
 
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 extern const unsigned int __rseq_size __attribute__((weak));
-
-static int membarrier(int cmd, unsigned flags, int cpu)
-{
-    return (int)syscall(__NR_membarrier, cmd, flags, cpu);
-}
 
 int rseq_thread_ok(void)
 {
@@ -44,10 +41,10 @@ int rseq_setup(void)
     sd_rseq_offset = (long)__rseq_offset;
     if (!rseq_thread_ok())
         return 0;
-    int cmds = membarrier(MEMBARRIER_CMD_QUERY, 0, 0);
+    int cmds = os_membarrier(MEMBARRIER_CMD_QUERY);
     if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ))
         return 0;
-    return membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0;
+    return os_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ) == 0;
 #else
     return 0;
 #endif
@@ -55,11 +52,12 @@ int rseq_setup(void)
 
 int rseq_fence(void)
 {
-    return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0) ? -errno : 0;
+    int r = os_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ);
+    return r < 0 ? r : 0;
 }
 
 void rseq_after_fork_child(void)
 {
     /* A new mm: make sure the fence is registered for it too. */
-    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0);
+    os_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ);
 }

@@ -66,9 +66,7 @@ SD_EXPORT void sd_cache_destroy(sd_cache *s)
     sd_mutex_unlock(&sd_caches_lock);
     if (!last)
         return;
-    struct tbin *b = tcache_ubin(c->id);
-    if (b)
-        tcache_flush_bin(b);
+    tcache_flush_self_bin(c->id);
     pcpu_drain(c);
     struct cache_usage u;
     cache_usage(c, &u);
@@ -142,10 +140,7 @@ SD_EXPORT int sd_cache_shrink(sd_cache *s)
     struct sd_cache *c = cache_checked(s);
     if (!c)
         return -EINVAL;
-    struct tbin *b = c->is_malloc ? &sd_tc.bins[c->id]
-                   : sd_tc.ubins ? &sd_tc.ubins[c->id - SD_NCLASSES] : NULL;
-    if (b)
-        tcache_flush_bin(b);
+    tcache_flush_self_bin(c->id);
     vacate_shrink_cache(c, 0, 0);
     return 0;
 }
@@ -154,7 +149,8 @@ SD_EXPORT size_t sd_shrink_all(void)
 {
     tcache_check_get("sd_shrink_all");
     cache_init();
-    tcache_flush(&sd_tc);
+    tcache_flush_self();
+    tcache_reclaim(1);
     size_t bytes = large_trim();
     for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
         struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);

@@ -2,17 +2,19 @@
  * hooks/shrinker.c - the background shrinker.
  *
  * One thread, started lazily: when a cache with get/kick is created, when
- * sd_shrink_wake() is called, or at start-up when an option asks for it
+ * sd_shrink_wake() is called, at start-up when an option asks for it
  * (SLABDEFRAG_BACKGROUND, SLABDEFRAG_RSS_LIMIT_MB, SLABDEFRAG_CONTROL,
- * SLABDEFRAG_MESH).  Never from inside malloc.  It sleeps in poll() on:
+ * SLABDEFRAG_MESH), or in per-thread mode once the program runs more than
+ * four threads per CPU (their caches are bounded by taking idle threads'
+ * slabs back).  Never from inside malloc.  It sleeps in poll() on:
  *   - an eventfd (sd_shrink_wake, shutdown),
  *   - a PSI trigger on /proc/pressure/memory (150 ms of stall in 2 s),
  *   - the cgroup v2 memory.events file (a memory.high/max event),
  *   - the control socket (slabinfo), when enabled,
  * with SLABDEFRAG_SHRINK_INTERVAL_MS as the timeout.  On an interval it
  * shrinks only if RSS exceeds SLABDEFRAG_RSS_LIMIT_MB (or the cgroup's
- * memory.high) or some cache has get/kick or meshing is on; on pressure or
- * a wake, always.  With SLABDEFRAG_MESH=1 each pass ends with a mesh pass
+ * memory.high) or some cache has get/kick or meshing is on or per-thread
+ * mode has many threads; on pressure or a wake, always.  With SLABDEFRAG_MESH=1 each pass ends with a mesh pass
  * (classes/mesh.c) of its own budget, and while that one finds more
  * candidates than it had time for, the next pass comes after 20 ms.
  * A pass walks the caches round-robin and stops when its time budget
@@ -152,7 +154,10 @@ static size_t pass(int urgent)
     }
     /* kick() callbacks allocated through this thread: give its active
      * slabs back so they can fill up or be vacated next time. */
-    tcache_flush(&sd_tc);
+    tcache_flush_self();
+    /* Per-thread mode: threads that made no allocator call since the last
+     * pass give their active slabs and rings back (the gate, tcache.h). */
+    tcache_reclaim(urgent);
     /* Meshing, with a budget of its own: a pass holds one slab write-
      * protected at a time, for the copy of one slab. */
     if (mesh_enabled())
@@ -283,7 +288,8 @@ void *shrinker_main(void *arg)
             if ((limit && rss > limit) || (high && rss > high - high / 10)) {
                 __atomic_fetch_add(&stats.wake_rss, 1, __ATOMIC_RELAXED);
                 do_pass = 2;          /* urgent */
-            } else if (any_ops_cache() || sd_opt.background || mesh_enabled()) {
+            } else if (any_ops_cache() || sd_opt.background || mesh_enabled() ||
+                       tcache_reclaim_wanted()) {
                 __atomic_fetch_add(&stats.wake_interval, 1, __ATOMIC_RELAXED);
                 do_pass = 1;
             }
@@ -417,6 +423,12 @@ void shrinker_start(void)
     sd_mutex_lock(&lock);
     start_locked();
     sd_mutex_unlock(&lock);
+}
+
+void shrinker_note_threads(unsigned live)
+{
+    if (live > 4 * os_ncpus() && tcache_reclaim_wanted())
+        shrinker_start();
 }
 
 int shrinker_wake(void)

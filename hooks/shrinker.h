@@ -10,6 +10,10 @@
 /* Start the thread if it is not running (never call from inside malloc;
  * nothing starts while parked or after shrinker_stop). */
 void shrinker_start(void);
+/* The program has just started a thread and runs `live` of them: in
+ * per-thread mode, past a few per CPU, start the thread, whose passes
+ * take idle threads' slabs back (tcache_reclaim).  Not from malloc. */
+void shrinker_note_threads(unsigned live);
 /* Wake it for an immediate pass (starting it if needed); 0 or -errno. */
 int shrinker_wake(void);
 /* Stop and join it (at exit; not from the thread itself). */

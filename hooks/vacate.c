@@ -110,12 +110,7 @@ __attribute__((visibility("default"))) int sd_vacate(void *addr)
         return 0;
     /* A slab on the caller's own ring: give it back first (another
      * thread's ring, like any active slab, is not ours to take). */
-    if (__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == sd_tc.token &&
-        s->state == SLAB_OWNED) {
-        struct tbin *b = s->bin < SD_NCLASSES ? &sd_tc.bins[s->bin]
-                                              : &sd_tc.ubins[s->bin - SD_NCLASSES];
-        tcache_owned_release(b, s);
-    }
+    tcache_release_own(s);
     int vacated = 0;
     sd_spin_lock(&s->lock);
     if (s->cache != c || !s->inuse ||

@@ -214,6 +214,8 @@ SD_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr,
     if (err) {
         sdm_free(s);
         thread_ends(NULL);
+    } else {
+        shrinker_note_threads(__atomic_load_n(&live, __ATOMIC_RELAXED));
     }
     return err;
 }
@@ -232,6 +234,8 @@ SD_EXPORT int thrd_create(thrd_t *t, thrd_start_t fn, void *arg)
     if (err != thrd_success) {
         sdm_free(s);
         thread_ends(NULL);
+    } else {
+        shrinker_note_threads(__atomic_load_n(&live, __ATOMIC_RELAXED));
     }
     return err;
 }

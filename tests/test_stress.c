@@ -913,3 +913,152 @@ int main(int argc, char **argv)
     return failed ? 1 : 0;
 }
 #endif
+
+/* Per-thread mode (SLABDEFRAG_PERCPU=0): while threads allocate, free
+ * and pause, another thread takes the slabs of those outside the
+ * allocator, again and again (the gate of classes/tcache.h: the
+ * shrinker's reclaim, or malloc_trim's).  No block is lost, damaged or
+ * handed out twice.  The static-core build forces per-thread mode, counts
+ * the takes through tcache_reclaim and requires some; in per-CPU mode the
+ * preloaded build runs the same load (nothing to take there). */
+#if STRESS_SDM
+#include "tcache.h"
+#endif
+#define RECLAIM_THREADS 6
+#define RECLAIM_SLOTS 256
+
+#if STRESS_SDM
+/* Options are read before main: run test `name` again in a process started
+ * in per-thread mode, and assert that it passed; 0 if this process is the
+ * per-thread one already (the test goes on). */
+static int again_per_thread(const char *name)
+{
+    const char *mode = getenv("SLABDEFRAG_PERCPU");
+    if (mode && !strcmp(mode, "0"))
+        return 0;
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        char *env[] = { "SLABDEFRAG_PERCPU=0", NULL };      /* not the sandbox's */
+        execle("/proc/self/exe", "test-stress-sdm", "--filter", name, (char *)NULL, env);
+        _exit(127);
+    }
+    int st = wait_timeout(pid, 100.0);
+    cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "%s in per-thread mode failed (status %#x)", name, st);
+    return 1;
+}
+#endif
+
+static void *reclaim_worker(void *arg)
+{
+    uint64_t rs = mix(0xaceu + (uintptr_t)arg) | 1;
+    void *slot[RECLAIM_SLOTS] = { 0 };
+    for (int round = 0; round < 300 / SCALE && !__atomic_load_n(&stop_flag, __ATOMIC_RELAXED);
+         round++) {
+        for (int i = 0; i < 200; i++) {
+            unsigned k = (unsigned)(rnd(&rs) % RECLAIM_SLOTS);
+            if (slot[k])
+                free_block(slot[k]);
+            slot[k] = alloc_block(&rs, 16 + rnd(&rs) % 700);
+            if (!slot[k])
+                __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+        }
+        if (rnd(&rs) % 4 == 0)
+            usleep(200);                /* outside the allocator: takeable */
+    }
+    for (unsigned k = 0; k < RECLAIM_SLOTS; k++)
+        if (slot[k])
+            free_block(slot[k]);
+    return NULL;
+}
+
+Test(stress, reclaim_idle_threads_while_others_run, .timeout = 120)
+{
+#if STRESS_SDM
+    if (again_per_thread("stress/reclaim_idle_threads_while_others_run"))
+        return;
+    uint64_t rs = mix(0x7ecu) | 1;
+#endif
+    bad_cookies = null_allocs = 0;
+    stop_flag = 0;
+    pthread_t t[RECLAIM_THREADS];
+    for (uintptr_t i = 0; i < RECLAIM_THREADS; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, reclaim_worker, (void *)i), 0);
+#if STRESS_SDM
+    unsigned long taken = 0;
+#endif
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+#if STRESS_SDM
+        taken += tcache_reclaim(rnd(&rs) & 1);
+#else
+        malloc_trim(0);
+#endif
+        usleep(300);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (now.tv_sec - t0.tv_sec < 2);
+    __atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < RECLAIM_THREADS; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(null_allocs, 0);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+#if STRESS_SDM
+    cr_assert(taken > 0, "no idle thread's slabs were taken in 2 s");
+#endif
+}
+
+/* Parked threads' slabs are taken at the shrinker's second look (the
+ * first sees their calls since it last looked), and the survivors they
+ * free afterwards go back as any other thread's frees would.  The
+ * preloaded build takes them with malloc_trim (every thread outside the
+ * allocator), in per-thread mode when the suite runs with
+ * SLABDEFRAG_PERCPU=0. */
+#define PARKED 8
+static pthread_barrier_t parked_in, parked_out;
+
+static void *parked_worker(void *arg)
+{
+    uint64_t rs = mix(0x9a4cu + (uintptr_t)arg) | 1;
+    void *keep[64];
+    for (int i = 0; i < 1024; i++) {
+        void *p = alloc_block(&rs, 16 + rnd(&rs) % 480);
+        if (i % 16 == 0 && p)
+            keep[i / 16] = p;
+        else if (p)
+            free_block(p);                  /* onto the thread's own slabs */
+    }
+    pthread_barrier_wait(&parked_in);
+    pthread_barrier_wait(&parked_out);      /* parked, outside the allocator */
+    for (int i = 0; i < 64; i++)
+        free_block(keep[i]);
+    return NULL;
+}
+
+Test(stress, reclaim_takes_parked_threads_at_second_look, .timeout = 60)
+{
+#if STRESS_SDM
+    if (again_per_thread("stress/reclaim_takes_parked_threads_at_second_look"))
+        return;
+#endif
+    bad_cookies = 0;
+    pthread_barrier_init(&parked_in, NULL, PARKED + 1);
+    pthread_barrier_init(&parked_out, NULL, PARKED + 1);
+    pthread_t t[PARKED];
+    for (uintptr_t i = 0; i < PARKED; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, parked_worker, (void *)i), 0);
+    pthread_barrier_wait(&parked_in);
+#if STRESS_SDM
+    unsigned first = tcache_reclaim(0), second = tcache_reclaim(0), third = tcache_reclaim(0);
+    cr_assert_eq(first, 0, "threads with calls since the last look were taken: %u", first);
+    cr_assert_eq(second, PARKED, "took %u of %d parked threads", second, PARKED);
+    cr_assert_eq(third, 0, "took %u threads that hold nothing", third);
+#else
+    malloc_trim(0);
+#endif
+    pthread_barrier_wait(&parked_out);
+    for (unsigned i = 0; i < PARKED; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(bad_cookies, 0);
+}

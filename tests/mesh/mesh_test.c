@@ -715,6 +715,12 @@ static void k_call(int op, unsigned char *p, size_t len, FILE *fp, FILE *ff,
             CHECK(errno == EFAULT, "fgets: %s", strerror(errno));
             fault = 1;
             clearerr(ff);
+            /* glibc's fgets drops what it had read of the line before the
+             * refill that failed: go on at the next whole line. */
+            long pos = ftell(ff);
+            CHECK(pos >= 0, "ftell: %s", strerror(errno));
+            *line = (unsigned)((pos + 13) / 14) % KLINES;
+            CHECK(fseek(ff, (long)*line * 14, SEEK_SET) == 0, "fseek: %s", strerror(errno));
         } else {                            /* EOF */
             rewind(ff);
             *line = 0;
