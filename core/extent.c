@@ -30,6 +30,8 @@
 #define SET_DIRTY   0
 #define SET_PURGED  1
 #define PURGE_BATCH 16          /* extents purged per lock drop */
+#define DIRTY_FLOOR 256         /* pages (1 MiB) an arena keeps dirty
+                                   beyond half its pages in use */
 
 uint64_t xchunk_map[XCHUNK_MAP_WORDS];
 
@@ -301,6 +303,8 @@ static void free_insert_locked(struct xarena *a, struct xpage *x, size_t n, int 
     }
 }
 
+static void dirty_bound_locked(struct xarena *a);
+
 /* A new chunk: one purged extent of every page after the header. */
 static int chunk_new_locked(struct xarena *a)
 {
@@ -382,10 +386,12 @@ void extent_release(struct xpage *x)
     size_t n = x->npages;
     cnt_add(&a->used_blocks, -1);
     cnt_add(&a->used_pages, -(long)n);
-    if (sd_opt.decay_ms)
+    if (sd_opt.decay_ms) {
         free_insert_locked(a, x, n, SET_DIRTY, os_now_ns());
-    else
+        dirty_bound_locked(a);
+    } else {
         release_purged_locked(a, x, n);
+    }
     sd_mutex_unlock(&a->lock);
 }
 
@@ -399,10 +405,12 @@ int extent_resize(struct xpage *x, size_t npages)
         tag_clear(x + m - 1);
         tags_set(x, npages, XS_USED);
         cnt_add(&a->used_pages, -(long)(m - npages));
-        if (sd_opt.decay_ms)
+        if (sd_opt.decay_ms) {
             free_insert_locked(a, x + npages, m - npages, SET_DIRTY, os_now_ns());
-        else
+            dirty_bound_locked(a);
+        } else {
             release_purged_locked(a, x + npages, m - npages);
+        }
     } else if (npages > m) {
         size_t i = page_index(x);
         struct xpage *r = i + m < XCHUNK_PAGES ? x + m : NULL;
@@ -430,14 +438,17 @@ int extent_resize(struct xpage *x, size_t npages)
 /* ---------------------------------------------------------------- */
 /* The decay: dirty extents older than the decay are purged          */
 
-static size_t arena_purge(struct xarena *a, uint64_t before)
+/* Purge the dirty extents that became dirty before `before` ns, and the
+ * oldest others while more than `keep` pages are dirty.  Called and
+ * returns with the lock held; drops it around each batch's madvise. */
+static size_t purge_locked(struct xarena *a, uint64_t before, size_t keep)
 {
     size_t pages = 0;
     struct xpage *batch[PURGE_BATCH];
     for (;;) {
         unsigned k = 0;
-        sd_mutex_lock(&a->lock);
-        while (k < PURGE_BATCH && a->oldest && a->oldest->since < before) {
+        while (k < PURGE_BATCH && a->oldest &&
+               (a->oldest->since < before || a->dirty_pages > keep)) {
             struct xpage *x = a->oldest;
             size_t n = x->npages;
             free_unlink_locked(a, x, SET_DIRTY);
@@ -445,9 +456,9 @@ static size_t arena_purge(struct xarena *a, uint64_t before)
             batch[k++] = x;
         }
         decay_update_locked(a);
-        sd_mutex_unlock(&a->lock);
         if (!k)
             break;
+        sd_mutex_unlock(&a->lock);
         for (unsigned j = 0; j < k; j++)
             os_purge(extent_addr(batch[j]), batch[j]->npages * SD_PAGE_SIZE);
         sd_mutex_lock(&a->lock);
@@ -457,11 +468,26 @@ static size_t arena_purge(struct xarena *a, uint64_t before)
             cnt_add(&a->purged_total, (long)n);
             free_insert_locked(a, batch[j], n, SET_PURGED, 0);
         }
-        sd_mutex_unlock(&a->lock);
         if (k < PURGE_BATCH)
             break;
     }
     return pages * SD_PAGE_SIZE;
+}
+
+static size_t arena_purge(struct xarena *a, uint64_t before)
+{
+    sd_mutex_lock(&a->lock);
+    size_t bytes = purge_locked(a, before, SIZE_MAX);
+    sd_mutex_unlock(&a->lock);
+    return bytes;
+}
+
+/* The dirty bound: half the pages in use plus DIRTY_FLOOR. */
+static void dirty_bound_locked(struct xarena *a)
+{
+    size_t keep = a->used_pages / 2 + DIRTY_FLOOR;
+    if (a->dirty_pages > keep)
+        purge_locked(a, 0, keep);
 }
 
 size_t extent_purge(uint64_t before)

@@ -201,9 +201,13 @@ int huge_free(void *p)
     mapped -= e->maplen;
     remove_locked(e);
     decay_locked(c.since, 0, drop, &ndrop);
-    if (sd_opt.decay_ms && c.maplen <= CACHE_MAX_ONE) {
+    /* Cached bytes stay under half the bytes of the live huge blocks (as
+     * free extents, core/extent.c): a program that frees them all keeps
+     * none. */
+    size_t limit = mapped / 2 < CACHE_MAX_BYTES ? mapped / 2 : CACHE_MAX_BYTES;
+    if (sd_opt.decay_ms && c.maplen <= CACHE_MAX_ONE && c.maplen <= limit) {
         while (ncached && (ncached == CACHE_SLOTS ||
-                           cached_bytes + c.maplen > CACHE_MAX_BYTES)) {
+                           cached_bytes + c.maplen > limit)) {
             drop[ndrop++] = cache[0];       /* the oldest is not tracked: any */
             cached_bytes -= cache[0].maplen;
             cache[0] = cache[--ncached];
