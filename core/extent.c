@@ -14,9 +14,11 @@
  *    so nothing merges with them, grows into them or allocates them.
  *  - fork: extent_lock_all() takes every arena lock in index order, after
  *    the segment locks and the huge-block lock (classes/fork.c).
- * Which arena: an allocation uses the arena of its CPU (CPU % XARENAS);
- * a free or resize goes to the arena that owns the chunk, whichever thread
- * makes it (a cross-thread free is an ordinary free).
+ * Which arena: a thread allocates from one (core/large.c hands them out
+ * in turn, as jemalloc does); a free or resize goes to the arena that
+ * owns the chunk, whichever thread makes it (a cross-thread free is an
+ * ordinary free).  Two threads meet on an arena lock only when more than
+ * XARENAS threads allocate large blocks, or on a cross-thread free.
  */
 #include "extent.h"
 
@@ -38,9 +40,9 @@ uint64_t xchunk_map[XCHUNK_MAP_WORDS];
 struct xarena {
     sd_mutex lock;
     struct xchunk *chunks;          /* every chunk of the arena */
-    struct xpage *bins[2][XBINS];   /* [set][bin]: treap roots */
+    struct xnode *bins[2][XBINS];   /* [set][bin]: treap roots */
     uint32_t nonempty[2];           /* [set]: bit per non-empty bin */
-    struct xpage *oldest, *newest;  /* the dirty list, by `since` */
+    struct xnode *oldest, *newest;  /* the dirty list, by `since` */
     uint64_t next_decay;            /* ns when the oldest dirty extent
                                        decays, 0: none (relaxed reads) */
     size_t used_blocks, used_pages; /* USED and CACHED extents */
@@ -104,7 +106,7 @@ static void tags_set(struct xpage *x, size_t n, unsigned state)
 }
 
 /* ---------------------------------------------------------------- */
-/* Bins: a treap per bin, ordered by (pages, address)                */
+/* Bins: a treap of nodes per bin, ordered by (pages, address)       */
 
 static inline unsigned bin_of(size_t n)
 {
@@ -116,18 +118,18 @@ static inline unsigned bin_of(size_t n)
 
 /* xpages are in address order (chunks too), so comparing them compares
  * the addresses they describe. */
-static inline int key_lt(const struct xpage *a, const struct xpage *b)
+static inline int key_lt(const struct xnode *a, const struct xnode *b)
 {
-    return a->npages < b->npages || (a->npages == b->npages && a < b);
+    return a->npages < b->npages || (a->npages == b->npages && a->x < b->x);
 }
 
-static inline uint32_t prio(const struct xpage *x)
+static inline uint32_t prio(const struct xnode *n)
 {
-    return (uint32_t)(((uintptr_t)x * 0x9E3779B97F4A7C15ull) >> 32);
+    return (uint32_t)(((uintptr_t)n->x * 0x9E3779B97F4A7C15ull) >> 32);
 }
 
-static void treap_split(struct xpage *t, const struct xpage *k, struct xpage **l,
-                        struct xpage **r)
+static void treap_split(struct xnode *t, const struct xnode *k, struct xnode **l,
+                        struct xnode **r)
 {
     while (t) {
         if (key_lt(t, k)) {
@@ -143,9 +145,9 @@ static void treap_split(struct xpage *t, const struct xpage *k, struct xpage **l
     *l = *r = NULL;
 }
 
-static struct xpage *treap_merge(struct xpage *a, struct xpage *b)
+static struct xnode *treap_merge(struct xnode *a, struct xnode *b)
 {
-    struct xpage *root = NULL, **at = &root;
+    struct xnode *root = NULL, **at = &root;
     while (a && b) {
         if (prio(a) > prio(b)) {
             *at = a;
@@ -161,48 +163,48 @@ static struct xpage *treap_merge(struct xpage *a, struct xpage *b)
     return root;
 }
 
-static void treap_insert(struct xpage **root, struct xpage *x)
+static void treap_insert(struct xnode **root, struct xnode *n)
 {
-    struct xpage **p = root;
-    while (*p && prio(*p) >= prio(x))
-        p = key_lt(x, *p) ? &(*p)->left : &(*p)->right;
-    treap_split(*p, x, &x->left, &x->right);
-    *p = x;
+    struct xnode **p = root;
+    while (*p && prio(*p) >= prio(n))
+        p = key_lt(n, *p) ? &(*p)->left : &(*p)->right;
+    treap_split(*p, n, &n->left, &n->right);
+    *p = n;
 }
 
-static void treap_remove(struct xpage **root, struct xpage *x)
+static void treap_remove(struct xnode **root, struct xnode *n)
 {
-    struct xpage **p = root;
-    while (*p != x) {
+    struct xnode **p = root;
+    while (*p != n) {
         SD_ASSERT(*p);
-        p = key_lt(x, *p) ? &(*p)->left : &(*p)->right;
+        p = key_lt(n, *p) ? &(*p)->left : &(*p)->right;
     }
-    *p = treap_merge(x->left, x->right);
+    *p = treap_merge(n->left, n->right);
 }
 
-static void bin_insert(struct xarena *a, int set, struct xpage *x)
+static void bin_insert(struct xarena *a, int set, struct xnode *n)
 {
-    unsigned b = bin_of(x->npages);
-    x->left = x->right = NULL;
-    treap_insert(&a->bins[set][b], x);
+    unsigned b = bin_of(n->npages);
+    n->left = n->right = NULL;
+    treap_insert(&a->bins[set][b], n);
     a->nonempty[set] |= 1u << b;
 }
 
-static void bin_remove(struct xarena *a, int set, struct xpage *x)
+static void bin_remove(struct xarena *a, int set, struct xnode *n)
 {
-    unsigned b = bin_of(x->npages);
-    treap_remove(&a->bins[set][b], x);
+    unsigned b = bin_of(n->npages);
+    treap_remove(&a->bins[set][b], n);
     if (!a->bins[set][b])
         a->nonempty[set] &= ~(1u << b);
 }
 
-/* Address-ordered best fit: the smallest free extent of the set with at
- * least n pages, the lowest address among equals. */
+/* Address-ordered best fit: the first tag of the smallest free extent of
+ * the set with at least n pages, the lowest address among equals. */
 static struct xpage *bin_fit(struct xarena *a, int set, size_t n)
 {
     unsigned b = bin_of(n);
-    struct xpage *best = NULL;
-    for (struct xpage *t = a->bins[set][b]; t;) {
+    struct xnode *best = NULL;
+    for (struct xnode *t = a->bins[set][b]; t;) {
         if (t->npages >= n) {
             best = t;
             t = t->left;
@@ -211,18 +213,35 @@ static struct xpage *bin_fit(struct xarena *a, int set, size_t n)
         }
     }
     if (best)
-        return best;
+        return best->x;
     uint32_t m = a->nonempty[set] & ~((2u << b) - 1);     /* bins above b */
     if (!m)
         return NULL;
-    struct xpage *t = a->bins[set][__builtin_ctz(m)];
+    struct xnode *t = a->bins[set][__builtin_ctz(m)];
     while (t->left)
         t = t->left;
-    return t;
+    return t->x;
 }
 
 /* ---------------------------------------------------------------- */
-/* Free extents: the two sets, the dirty list, coalescing            */
+/* Free extents: nodes, the two sets, the dirty list, coalescing     */
+
+static struct xnode *node_alloc(struct xchunk *c)
+{
+    struct xnode *n = c->free_nodes;
+    if (n) {
+        c->free_nodes = n->left;
+        return n;
+    }
+    SD_ASSERT(c->nodes_hwm < XCHUNK_NODES);
+    return &c->nodes[c->nodes_hwm++];
+}
+
+static void node_free(struct xchunk *c, struct xnode *n)
+{
+    n->left = c->free_nodes;
+    c->free_nodes = n;
+}
 
 static void decay_update_locked(struct xarena *a)
 {
@@ -230,25 +249,29 @@ static void decay_update_locked(struct xarena *a)
     __atomic_store_n(&a->next_decay, next, __ATOMIC_RELAXED);
 }
 
+/* Take the free extent x off its set (its node goes back to the chunk). */
 static void free_unlink_locked(struct xarena *a, struct xpage *x, int set)
 {
     SD_ASSERT(sd_mutex_held(&a->lock));
-    bin_remove(a, set, x);
+    struct xnode *n = x->node;
+    bin_remove(a, set, n);
     if (set == SET_DIRTY) {
-        if (x->older)
-            x->older->newer = x->newer;
+        if (n->older)
+            n->older->newer = n->newer;
         else
-            a->oldest = x->newer;
-        if (x->newer)
-            x->newer->older = x->older;
+            a->oldest = n->newer;
+        if (n->newer)
+            n->newer->older = n->older;
         else
-            a->newest = x->older;
+            a->newest = n->older;
         cnt_add(&a->dirty_n, -1);
-        cnt_add(&a->dirty_pages, -(long)x->npages);
+        cnt_add(&a->dirty_pages, -(long)n->npages);
     } else {
         cnt_add(&a->purged_n, -1);
-        cnt_add(&a->purged_pages, -(long)x->npages);
+        cnt_add(&a->purged_pages, -(long)n->npages);
     }
+    node_free(chunk_of(x), n);
+    x->node = NULL;
 }
 
 /* Pages [x, x+n) become a free extent of `set`, merged with a neighbour of
@@ -283,19 +306,23 @@ static void free_insert_locked(struct xarena *a, struct xpage *x, size_t n, int 
         }
     }
     tags_set(x, n, st);
-    bin_insert(a, set, x);
+    struct xnode *nd = node_alloc(c);
+    nd->x = x;
+    nd->npages = (uint32_t)n;
+    x->node = nd;
+    bin_insert(a, set, nd);
     if (set == SET_DIRTY) {
-        x->since = now;
-        x->newer = NULL;
-        x->older = a->newest;
+        nd->since = now;
+        nd->newer = NULL;
+        nd->older = a->newest;
         if (a->newest)
-            a->newest->newer = x;
+            a->newest->newer = nd;
         else
-            a->oldest = x;
-        a->newest = x;
+            a->oldest = nd;
+        a->newest = nd;
         cnt_add(&a->dirty_n, 1);
         cnt_add(&a->dirty_pages, (long)n);
-        if (a->oldest == x)
+        if (a->oldest == nd)
             decay_update_locked(a);
     } else {
         cnt_add(&a->purged_n, 1);
@@ -304,6 +331,25 @@ static void free_insert_locked(struct xarena *a, struct xpage *x, size_t n, int 
 }
 
 static void dirty_bound_locked(struct xarena *a);
+
+/* When a chunk is one purged extent again, the pages of its header that
+ * tags and nodes touched are purged too (all but the first, which holds
+ * the chunk's fields), and the extent gets its tags and node back: an
+ * idle chunk costs one resident page.  Called after a purge, so a chunk
+ * that keeps a block or two does not do it again and again. */
+static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
+{
+    struct xpage *x = &c->pages[XCHUNK_HEADER_PAGES];
+    size_t n = XCHUNK_PAGES - XCHUNK_HEADER_PAGES;
+    if (__atomic_load_n(&x->state, __ATOMIC_RELAXED) != XS_PURGED || x->npages != n ||
+        c->nodes_hwm <= 1)
+        return;
+    free_unlink_locked(a, x, SET_PURGED);
+    c->free_nodes = NULL;
+    c->nodes_hwm = 0;
+    os_purge((char *)c + SD_PAGE_SIZE, (XCHUNK_HEADER_PAGES - 1) * SD_PAGE_SIZE);
+    free_insert_locked(a, x, n, SET_PURGED, 0);
+}
 
 /* A new chunk: one purged extent of every page after the header. */
 static int chunk_new_locked(struct xarena *a)
@@ -376,6 +422,7 @@ static void release_purged_locked(struct xarena *a, struct xpage *x, size_t n)
     sd_mutex_lock(&a->lock);
     cnt_add(&a->purged_total, (long)n);
     free_insert_locked(a, x, n, SET_PURGED, 0);
+    chunk_idle_locked(a, chunk_of(x));
 }
 
 void extent_release(struct xpage *x)
@@ -449,7 +496,7 @@ static size_t purge_locked(struct xarena *a, uint64_t before, size_t keep)
         unsigned k = 0;
         while (k < PURGE_BATCH && a->oldest &&
                (a->oldest->since < before || a->dirty_pages > keep)) {
-            struct xpage *x = a->oldest;
+            struct xpage *x = a->oldest->x;
             size_t n = x->npages;
             free_unlink_locked(a, x, SET_DIRTY);
             tags_set(x, n, XS_BUSY);
@@ -467,6 +514,7 @@ static size_t purge_locked(struct xarena *a, uint64_t before, size_t keep)
             pages += n;
             cnt_add(&a->purged_total, (long)n);
             free_insert_locked(a, batch[j], n, SET_PURGED, 0);
+            chunk_idle_locked(a, chunk_of(batch[j]));
         }
         if (k < PURGE_BATCH)
             break;

@@ -7,7 +7,8 @@
  *
  *   chunk    64 MiB of private anonymous memory, 64 MiB aligned, owned by
  *            one extent arena.  Its first pages are a header: one struct
- *            xpage per page of the chunk.  A bit per 64 MiB of address
+ *            xpage per page of the chunk, and the nodes of its free
+ *            extents.  A bit per 64 MiB of address
  *            space (xchunk_map) says "this is one of our chunks", so
  *            pointer -> page descriptor is O(1) and a foreign pointer is
  *            recognised.  Chunks are never unmapped (as segments: a stale
@@ -21,7 +22,7 @@
  *            two sets, dirty (freed, memory still there) and purged
  *            (MADV_DONTNEED'd, or never touched: reads back zero).  Each
  *            set is XBINS size bins (two per doubling of pages), a bin a
- *            treap ordered by (pages, address): address-ordered best fit
+ *            treap of nodes (struct xnode) ordered by (pages, address): address-ordered best fit
  *            is the leftmost node >= the request in the request's bin, or
  *            the leftmost node of the next non-empty bin.  Dirty extents
  *            are also on a list in the order they were freed (the decay).
@@ -59,7 +60,7 @@
 #define XCHUNK_SHIFT    26
 #define XCHUNK_SIZE     (1UL << XCHUNK_SHIFT)               /* 64 MiB */
 #define XCHUNK_PAGES    (XCHUNK_SIZE / SD_PAGE_SIZE)        /* 16384 */
-#define XARENAS         8       /* arena of an allocation: CPU % XARENAS */
+#define XARENAS         8       /* threads take arenas in turn */
 
 enum xstate {
     XS_INSIDE = 0,      /* not a tag: inside an extent (or the header) */
@@ -70,10 +71,12 @@ enum xstate {
     XS_BUSY,            /* being purged, lock dropped */
 };
 
+struct xnode;
+
+/* 16 bytes a page: the header costs 1/256 of a chunk at most, and only
+ * the entries of tags are ever written. */
 struct xpage {
-    struct xpage *left, *right;     /* free: treap children in the bin */
-    struct xpage *newer, *older;    /* dirty: the arena's dirty list */
-    uint64_t since;                 /* dirty: ns, when it became dirty */
+    struct xnode *node;             /* first tag of a free extent: its node */
     uint32_t npages;                /* tag: pages of the extent */
     uint8_t  state;                 /* tag: enum xstate (atomic on the
                                        first tag of a USED/CACHED one) */
@@ -81,18 +84,37 @@ struct xpage {
     uint16_t pad;
 };
 
+/* A free extent's place in its bin and on the dirty list.  Nodes of a
+ * chunk are taken from its own array, most recently freed first, so the
+ * pages of the array that are touched follow the number of free extents
+ * the chunk has had at once, not its size. */
+struct xnode {
+    struct xnode *left, *right;     /* treap children in the bin */
+    struct xnode *newer, *older;    /* dirty: the arena's dirty list */
+    struct xpage *x;                /* the extent's first tag */
+    uint64_t since;                 /* dirty: ns, when it became dirty */
+    uint32_t npages;                /* = x->npages (the treap key) */
+    uint32_t pad;
+};
+
+#define XCHUNK_NODES    XCHUNK_PAGES    /* one per page: always enough */
+
 struct xchunk {
     uint32_t magic;                 /* XCHUNK_MAGIC */
     uint16_t arena;                 /* owner arena */
     uint16_t pad;
     struct xchunk *next;            /* the arena's chunks */
-    uint64_t pad2[6];
+    struct xnode *free_nodes;       /* unused nodes, linked by `left` */
+    uint32_t nodes_hwm;             /* nodes[0..hwm) have been used */
+    uint32_t pad2;
+    uint64_t pad3[4];
     struct xpage pages[XCHUNK_PAGES]; /* one per page; header ones unused */
+    struct xnode nodes[XCHUNK_NODES];
 };
 
 #define XCHUNK_MAGIC    0x5ddef7e1u
 #define XCHUNK_HEADER_PAGES \
-    ((sizeof(struct xchunk) + SD_PAGE_SIZE - 1) / SD_PAGE_SIZE)    /* 193 */
+    ((sizeof(struct xchunk) + SD_PAGE_SIZE - 1) / SD_PAGE_SIZE)    /* 289 */
 
 #define XCHUNK_MAP_WORDS ((1UL << (SD_VA_BITS - XCHUNK_SHIFT)) / 64)
 extern SD_HIDDEN uint64_t xchunk_map[XCHUNK_MAP_WORDS];

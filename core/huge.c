@@ -205,13 +205,14 @@ int huge_free(void *p)
      * free extents, core/extent.c): a program that frees them all keeps
      * none. */
     size_t limit = mapped / 2 < CACHE_MAX_BYTES ? mapped / 2 : CACHE_MAX_BYTES;
-    if (sd_opt.decay_ms && c.maplen <= CACHE_MAX_ONE && c.maplen <= limit) {
-        while (ncached && (ncached == CACHE_SLOTS ||
-                           cached_bytes + c.maplen > limit)) {
-            drop[ndrop++] = cache[0];       /* the oldest is not tracked: any */
-            cached_bytes -= cache[0].maplen;
-            cache[0] = cache[--ncached];
-        }
+    int keep = sd_opt.decay_ms && c.maplen <= CACHE_MAX_ONE && c.maplen <= limit;
+    while (ncached && (ncached == CACHE_SLOTS ||
+                       cached_bytes + (keep ? c.maplen : 0) > limit)) {
+        drop[ndrop++] = cache[0];           /* the oldest is not tracked: any */
+        cached_bytes -= cache[0].maplen;
+        cache[0] = cache[--ncached];
+    }
+    if (keep) {
         cache[ncached++] = c;
         cached_bytes += c.maplen;
     } else {

@@ -56,6 +56,19 @@ static inline unsigned current_cpu(void)
     return c < 0 ? 0 : (unsigned)c;
 }
 
+/* A thread allocates from one arena (threads take them in turn): its
+ * blocks share chunks wherever it runs.  Frees go to the owner arena. */
+static __thread unsigned my_arena __attribute__((tls_model("initial-exec")));
+static unsigned arena_turn;
+
+static inline unsigned thread_arena(void)
+{
+    unsigned a = my_arena;
+    if (unlikely(!a))
+        a = my_arena = __atomic_fetch_add(&arena_turn, 1, __ATOMIC_RELAXED) % XARENAS + 1;
+    return a - 1;
+}
+
 static inline size_t pages_of(size_t size)
 {
     size_t n = (size + SD_PAGE_SIZE - 1) / SD_PAGE_SIZE;
@@ -190,7 +203,7 @@ void *large_alloc(size_t size, size_t align, int zero)
     void *p = align == SD_PAGE_SIZE ? stash_take(cpu, n) : NULL;
     int fresh = 0;
     if (!p) {
-        p = extent_alloc(cpu, n, align / SD_PAGE_SIZE, &fresh);
+        p = extent_alloc(thread_arena(), n, align / SD_PAGE_SIZE, &fresh);
         if (!p)
             return NULL;
     }

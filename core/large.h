@@ -40,8 +40,8 @@
 #define LARGE_EXTENT_MAX   (4UL << 20)  /* bytes: larger blocks are huge */
 #define LARGE_ALIGN_MAX    (2UL << 20)  /* alignment extents serve */
 #define LARGE_STASH_SLOTS  8            /* blocks per CPU stash */
-#define LARGE_STASH_MAX    128          /* pages of one stashed block (512 KiB) */
-#define LARGE_STASH_PAGES  512          /* pages of one stash (2 MiB) */
+#define LARGE_STASH_MAX    64           /* pages of one stashed block (256 KiB) */
+#define LARGE_STASH_PAGES  256          /* pages of one stash (1 MiB) */
 
 /* A block of at least size bytes aligned to align (power of two), zeroed
  * if `zero`.  NULL and errno ENOMEM on failure. */
