@@ -486,8 +486,10 @@ int extent_resize(struct xpage *x, size_t npages)
 /* The decay: dirty extents older than the decay are purged          */
 
 /* Purge the dirty extents that became dirty before `before` ns, and the
- * oldest others while more than `keep` pages are dirty.  Called and
- * returns with the lock held; drops it around each batch's madvise. */
+ * oldest others while more than `keep` pages are dirty, except the newest
+ * (a program that frees and allocates one big buffer in a loop keeps
+ * reusing it).  Called and returns with the lock held; drops it around
+ * each batch's madvise. */
 static size_t purge_locked(struct xarena *a, uint64_t before, size_t keep)
 {
     size_t pages = 0;
@@ -495,7 +497,8 @@ static size_t purge_locked(struct xarena *a, uint64_t before, size_t keep)
     for (;;) {
         unsigned k = 0;
         while (k < PURGE_BATCH && a->oldest &&
-               (a->oldest->since < before || a->dirty_pages > keep)) {
+               (a->oldest->since < before ||
+                (a->dirty_pages > keep && a->oldest != a->newest))) {
             struct xpage *x = a->oldest->x;
             size_t n = x->npages;
             free_unlink_locked(a, x, SET_DIRTY);
@@ -530,7 +533,10 @@ static size_t arena_purge(struct xarena *a, uint64_t before)
     return bytes;
 }
 
-/* The dirty bound: half the pages in use plus DIRTY_FLOOR. */
+/* The dirty bound: half the pages in use plus DIRTY_FLOOR, and the
+ * newest dirty extent whatever its size.  Peak RSS stays near the live
+ * bytes, and a program that frees everything keeps little resident, even
+ * before the decay (jemalloc's decay curve does the same at its epochs). */
 static void dirty_bound_locked(struct xarena *a)
 {
     size_t keep = a->used_pages / 2 + DIRTY_FLOOR;

@@ -201,11 +201,14 @@ int huge_free(void *p)
     mapped -= e->maplen;
     remove_locked(e);
     decay_locked(c.since, 0, drop, &ndrop);
-    /* Cached bytes stay under half the bytes of the live huge blocks (as
-     * free extents, core/extent.c): a program that frees them all keeps
-     * none. */
+    /* Cached bytes stay under half the bytes of the live huge blocks, or
+     * the newest mapping alone (as free extents, core/extent.c): a
+     * program that frees them all keeps one, a loop on one buffer reuses
+     * it. */
     size_t limit = mapped / 2 < CACHE_MAX_BYTES ? mapped / 2 : CACHE_MAX_BYTES;
-    int keep = sd_opt.decay_ms && c.maplen <= CACHE_MAX_ONE && c.maplen <= limit;
+    int keep = sd_opt.decay_ms && c.maplen <= CACHE_MAX_ONE;
+    if (keep && limit < c.maplen)
+        limit = c.maplen;
     while (ncached && (ncached == CACHE_SLOTS ||
                        cached_bytes + (keep ? c.maplen : 0) > limit)) {
         drop[ndrop++] = cache[0];           /* the oldest is not tracked: any */
