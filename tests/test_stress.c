@@ -354,6 +354,115 @@ Test(stress, cross_thread_frees, .timeout = 120)
     cr_assert_eq(allocated, freed, "allocated %ld, freed %ld", allocated, freed);
 }
 
+/* Large blocks (extents, issue 12) between threads: 33 KiB..3 MiB and a
+ * few huge ones, a third sent to another thread to free, some realloc'd
+ * (grown or shrunk, in place or not) by whichever thread holds them. */
+static size_t pick_large(uint64_t *rs)
+{
+    uint64_t r = rnd(rs);
+    if (r % 64 == 0)
+        return (5u << 20) + (r >> 8) % (3u << 20);     /* huge */
+    size_t base = (33u << 10) << (r % 6);              /* 33 KiB .. 1 MiB */
+    return base + (r >> 8) % (2 * base);
+}
+
+static void *large_realloc_block(uint64_t *rs, void *p)
+{
+    if (!verify(p, (uintptr_t)p)) {
+        __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
+        return p;
+    }
+    size_t old = ((struct hdr *)p)->size;
+    size_t n = (rnd(rs) & 1) ? old + old / 2 : pick_large(rs);
+    uint8_t first[EDGE];
+    memcpy(first, p, EDGE);
+    void *q = S_REALLOC(p, n);
+    if (!q) {
+        __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+        return p;
+    }
+    if (memcmp(first, q, EDGE) != 0)
+        __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
+    stamp(q, n);
+    return q;
+}
+
+static void *large_worker(void *arg)
+{
+    struct worker *w = arg;
+    uint64_t rs = mix(0x5151u + (uint64_t)w->id) | 1;
+    enum { LOCAL = 64 };
+    void *local[LOCAL] = { 0 };
+    pthread_barrier_wait(&start_barrier);
+    for (long i = 0; i < w->iters; i++) {
+        uint64_t r = rnd(&rs);
+        void *p = alloc_block(&rs, pick_large(&rs));
+        if (!p) {
+            __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        w->allocated++;
+        if (r % 3 == 0) {
+            int to = (int)((w->id + 1 + (r >> 8) % (NTHREADS - 1)) % NTHREADS);
+            if (!q_push(&queues[to], p)) {
+                free_block(p);
+                w->freed++;
+            }
+        } else {
+            unsigned k = (unsigned)((r >> 16) % LOCAL);
+            if (local[k]) {
+                if ((r >> 24) % 4 == 0)
+                    local[k] = large_realloc_block(&rs, local[k]);
+                free_block(local[k]);
+                w->freed++;
+            }
+            local[k] = p;
+        }
+        for (int j = 0; j < 2; j++) {
+            void *q = q_pop(&queues[w->id]);
+            if (!q)
+                break;
+            if ((rnd(&rs) & 3) == 0)
+                q = large_realloc_block(&rs, q);
+            free_block(q);
+            w->freed++;
+        }
+    }
+    for (unsigned k = 0; k < LOCAL; k++)
+        if (local[k]) {
+            free_block(local[k]);
+            w->freed++;
+        }
+    return NULL;
+}
+
+Test(stress, large_blocks_cross_thread, .timeout = 180)
+{
+    queues_init();
+    bad_cookies = null_allocs = 0;
+    struct worker w[NTHREADS];
+    pthread_barrier_init(&start_barrier, NULL, NTHREADS);
+    for (int i = 0; i < NTHREADS; i++) {
+        w[i] = (struct worker){ .id = i, .iters = 8000 / SCALE };
+        cr_assert_eq(pthread_create(&w[i].tid, NULL, large_worker, &w[i]), 0);
+    }
+    long allocated = 0, freed = 0;
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_join(w[i].tid, NULL);
+        allocated += w[i].allocated;
+        freed += w[i].freed;
+    }
+    pthread_barrier_destroy(&start_barrier);
+    for (int i = 0; i < NTHREADS; i++)
+        for (void *p; (p = q_pop(&queues[i]));) {
+            free_block(p);
+            freed++;
+        }
+    cr_assert_eq(null_allocs, 0, "%lu allocations returned NULL", null_allocs);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+    cr_assert_eq(allocated, freed, "allocated %ld, freed %ld", allocated, freed);
+}
+
 /* Producer/consumer pairs: every block is freed by a thread that did not
  * allocate it, and none is freed by its own thread. */
 static void *producer(void *arg)
