@@ -260,16 +260,22 @@ Test(api, badinput_double_free_large)
     expect_message(&c, needle, p);
 }
 
-/* Extents (issue 12): one stashed per CPU (up to 256 KiB), one that goes
- * to its arena, and a huge block; each double free is named as such. */
+/* Extents (issue 12).  fn(p) in a child must abort with `msg` and p. */
+static void expect_abort(child_fn fn, void *p, const char *msg)
+{
+    struct child c;
+    run_child(fn, p, &c);
+    expect_sigabrt(&c);
+    expect_message(&c, msg, p);
+}
+
+/* One stashed per CPU (up to 256 KiB), one that goes to its arena: each
+ * double free is named as such. */
 static void double_free_large_exact(size_t n)
 {
     void *p = malloc_fn(n);
     cr_assert_not_null(p);
-    struct child c;
-    run_child(do_double_free, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): double free", p);
+    expect_abort(do_double_free, p, "slabdefrag: free(): double free");
     free(p);
 }
 
@@ -288,14 +294,8 @@ Test(api, badinput_free_extent_next_page)
     /* Page aligned inside a block: not a block start. */
     char *b = malloc_fn(1 << 20);
     cr_assert_not_null(b);
-    void *p = b + 4096;
-    struct child c;
-    run_child(do_free, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): invalid pointer", p);
-    run_child(do_usable, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: malloc_usable_size(): invalid pointer", p);
+    expect_abort(do_free, b + 4096, "slabdefrag: free(): invalid pointer");
+    expect_abort(do_usable, b + 4096, "slabdefrag: malloc_usable_size(): invalid pointer");
     free(b);
 }
 
@@ -310,10 +310,7 @@ Test(api, badinput_usable_size_of_freed_extent)
 {
     void *p = malloc_fn(300 << 10);
     cr_assert_not_null(p);
-    struct child c;
-    run_child(do_free_then_usable, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: malloc_usable_size(): invalid pointer", p);
+    expect_abort(do_free_then_usable, p, "slabdefrag: malloc_usable_size(): invalid pointer");
     free(p);
 }
 

@@ -144,8 +144,9 @@ Test(unit, sdm_calloc_zero_and_overflow)
 
 Test(unit, sdm_calloc_large_zeroed_after_reuse)
 {
-    for (int r = 0; r < 10; r++) {
-        size_t n = 2 * MiB + (size_t)r * 4096;
+    for (int r = 0; r < 12; r++) {
+        /* a stashed extent (r < 2), then extents of the arena */
+        size_t n = r < 2 ? 40 * KiB + (size_t)r * 100 * KiB : 2 * MiB + (size_t)r * 4096;
         uint8_t *p = sdm_malloc(n);
         cr_assert_not_null(p);
         memset(p, 0xAA, n);
@@ -818,21 +819,6 @@ Test(unit, large_trim_purges_free_extents)
     for (size_t i = 0; i < 1 * MiB; i += 512)
         cr_assert_eq(c[i], 0, "calloc byte %zu", i);
     sdm_free(c);
-}
-
-Test(unit, large_calloc_zeroes_reused_extent)
-{
-    for (size_t n = 40 * KiB; n <= 3 * MiB; n *= 3) {
-        char *p = sdm_malloc(n);
-        cr_assert_not_null(p);
-        memset(p, 0xff, n);
-        sdm_free(p);
-        char *q = sdm_calloc(1, n);
-        cr_assert_not_null(q);
-        for (size_t i = 0; i < n; i += 97)
-            cr_assert_eq(q[i], 0, "calloc(%zu) byte %zu", n, i);
-        sdm_free(q);
-    }
 }
 
 Test(unit, large_stats_fields)

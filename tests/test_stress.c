@@ -275,6 +275,11 @@ struct worker {
     int id;
     long iters;
     long allocated, freed;
+    /* cross_worker: the sizes, the realloc, blocks kept (<= 256);
+     * NULL, NULL, 0: pick_size, realloc_block, 256 */
+    size_t (*pick)(uint64_t *rs);
+    void *(*resize)(uint64_t *rs, void *p);
+    unsigned local;
 };
 
 static void *cross_worker(void *arg)
@@ -283,11 +288,14 @@ static void *cross_worker(void *arg)
     uint64_t rs = mix(0x1234u + (uint64_t)w->id) | 1;
     enum { LOCAL = 256 };
     void *local[LOCAL] = { 0 };
+    size_t (*pick)(uint64_t *) = w->pick ? w->pick : pick_size;
+    void *(*resize)(uint64_t *, void *) = w->resize ? w->resize : realloc_block;
+    unsigned nlocal = w->local ? w->local : LOCAL;
     pthread_barrier_wait(&start_barrier);
     for (long i = 0; i < w->iters; i++) {
         uint64_t r = rnd(&rs);
         /* allocate, then keep it or send it to another thread */
-        void *p = alloc_block(&rs, pick_size(&rs));
+        void *p = alloc_block(&rs, pick(&rs));
         if (!p) {
             __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
             continue;
@@ -300,7 +308,7 @@ static void *cross_worker(void *arg)
                 w->freed++;
             }
         } else {
-            unsigned k = (unsigned)((r >> 16) % LOCAL);
+            unsigned k = (unsigned)((r >> 16) % nlocal);
             if (local[k]) {
                 free_block(local[k]);
                 w->freed++;
@@ -313,7 +321,7 @@ static void *cross_worker(void *arg)
             if (!q)
                 break;
             if ((rnd(&rs) & 15) == 0)
-                q = realloc_block(&rs, q);
+                q = resize(&rs, q);
             free_block(q);
             w->freed++;
         }
@@ -326,14 +334,17 @@ static void *cross_worker(void *arg)
     return NULL;
 }
 
-Test(stress, cross_thread_frees, .timeout = 120)
+/* NTHREADS cross_workers of `iters` steps each; every block is checked. */
+static void run_cross(long iters, size_t (*pick)(uint64_t *),
+                      void *(*resize)(uint64_t *, void *), unsigned local)
 {
     queues_init();
     bad_cookies = null_allocs = 0;
     struct worker w[NTHREADS];
     pthread_barrier_init(&start_barrier, NULL, NTHREADS);
     for (int i = 0; i < NTHREADS; i++) {
-        w[i] = (struct worker){ .id = i, .iters = 150000 / SCALE };
+        w[i] = (struct worker){ .id = i, .iters = iters, .pick = pick, .resize = resize,
+                                .local = local };
         cr_assert_eq(pthread_create(&w[i].tid, NULL, cross_worker, &w[i]), 0);
     }
     long allocated = 0, freed = 0;
@@ -354,9 +365,14 @@ Test(stress, cross_thread_frees, .timeout = 120)
     cr_assert_eq(allocated, freed, "allocated %ld, freed %ld", allocated, freed);
 }
 
+Test(stress, cross_thread_frees, .timeout = 120)
+{
+    run_cross(150000 / SCALE, NULL, NULL, 0);
+}
+
 /* Large blocks (extents, issue 12) between threads: 33 KiB..3 MiB and a
- * few huge ones, a third sent to another thread to free, some realloc'd
- * (grown or shrunk, in place or not) by whichever thread holds them. */
+ * few huge ones, half sent to another thread to free, some realloc'd
+ * (grown or shrunk, in place or not) by the thread that frees them. */
 static size_t pick_large(uint64_t *rs)
 {
     uint64_t r = rnd(rs);
@@ -387,80 +403,9 @@ static void *large_realloc_block(uint64_t *rs, void *p)
     return q;
 }
 
-static void *large_worker(void *arg)
-{
-    struct worker *w = arg;
-    uint64_t rs = mix(0x5151u + (uint64_t)w->id) | 1;
-    enum { LOCAL = 64 };
-    void *local[LOCAL] = { 0 };
-    pthread_barrier_wait(&start_barrier);
-    for (long i = 0; i < w->iters; i++) {
-        uint64_t r = rnd(&rs);
-        void *p = alloc_block(&rs, pick_large(&rs));
-        if (!p) {
-            __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
-            continue;
-        }
-        w->allocated++;
-        if (r % 3 == 0) {
-            int to = (int)((w->id + 1 + (r >> 8) % (NTHREADS - 1)) % NTHREADS);
-            if (!q_push(&queues[to], p)) {
-                free_block(p);
-                w->freed++;
-            }
-        } else {
-            unsigned k = (unsigned)((r >> 16) % LOCAL);
-            if (local[k]) {
-                if ((r >> 24) % 4 == 0)
-                    local[k] = large_realloc_block(&rs, local[k]);
-                free_block(local[k]);
-                w->freed++;
-            }
-            local[k] = p;
-        }
-        for (int j = 0; j < 2; j++) {
-            void *q = q_pop(&queues[w->id]);
-            if (!q)
-                break;
-            if ((rnd(&rs) & 3) == 0)
-                q = large_realloc_block(&rs, q);
-            free_block(q);
-            w->freed++;
-        }
-    }
-    for (unsigned k = 0; k < LOCAL; k++)
-        if (local[k]) {
-            free_block(local[k]);
-            w->freed++;
-        }
-    return NULL;
-}
-
 Test(stress, large_blocks_cross_thread, .timeout = 180)
 {
-    queues_init();
-    bad_cookies = null_allocs = 0;
-    struct worker w[NTHREADS];
-    pthread_barrier_init(&start_barrier, NULL, NTHREADS);
-    for (int i = 0; i < NTHREADS; i++) {
-        w[i] = (struct worker){ .id = i, .iters = 8000 / SCALE };
-        cr_assert_eq(pthread_create(&w[i].tid, NULL, large_worker, &w[i]), 0);
-    }
-    long allocated = 0, freed = 0;
-    for (int i = 0; i < NTHREADS; i++) {
-        pthread_join(w[i].tid, NULL);
-        allocated += w[i].allocated;
-        freed += w[i].freed;
-    }
-    pthread_barrier_destroy(&start_barrier);
-    for (int i = 0; i < NTHREADS; i++)
-        for (void *p; (p = q_pop(&queues[i]));) {
-            free_block(p);
-            freed++;
-        }
-    cr_assert_eq(null_allocs, 0, "%lu allocations returned NULL", null_allocs);
-    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
-    cr_assert_eq(allocated, freed, "allocated %ld, freed %ld", allocated, freed);
+    run_cross(8000 / SCALE, pick_large, large_realloc_block, 32);
 }
 
 /* Producer/consumer pairs: every block is freed by a thread that did not
