@@ -197,16 +197,17 @@ static void free_block(void *p)
     S_FREE(p);
 }
 
-/* Realloc a block, keeping its cookie valid (the cookie is re-stamped for
- * the new address and size after the old contents were checked). */
-static void *realloc_block(uint64_t *rs, void *p)
+/* Realloc a block to newsize(rs, its size), keeping its cookie valid (the
+ * cookie is re-stamped for the new address and size after the old
+ * contents were checked). */
+static void *resize_block(uint64_t *rs, void *p, size_t (*newsize)(uint64_t *, size_t))
 {
     if (!verify(p, (uintptr_t)p)) {
         __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
         return p;
     }
     size_t old = ((struct hdr *)p)->size;
-    size_t n = pick_size(rs);
+    size_t n = newsize(rs, old);
     uint8_t first[EDGE];
     size_t keep = old < n ? old : n;
     if (keep > EDGE)
@@ -221,6 +222,17 @@ static void *realloc_block(uint64_t *rs, void *p)
         __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
     stamp(q, n);
     return q;
+}
+
+static size_t any_size(uint64_t *rs, size_t old)
+{
+    (void)old;
+    return pick_size(rs);
+}
+
+static void *realloc_block(uint64_t *rs, void *p)
+{
+    return resize_block(rs, p, any_size);
 }
 
 /* ---- lock-protected queues ---------------------------------------------- */
@@ -382,25 +394,15 @@ static size_t pick_large(uint64_t *rs)
     return base + (r >> 8) % (2 * base);
 }
 
+/* Half the time 1.5x (in place when the next extent is free), else any. */
+static size_t large_size(uint64_t *rs, size_t old)
+{
+    return (rnd(rs) & 1) ? old + old / 2 : pick_large(rs);
+}
+
 static void *large_realloc_block(uint64_t *rs, void *p)
 {
-    if (!verify(p, (uintptr_t)p)) {
-        __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
-        return p;
-    }
-    size_t old = ((struct hdr *)p)->size;
-    size_t n = (rnd(rs) & 1) ? old + old / 2 : pick_large(rs);
-    uint8_t first[EDGE];
-    memcpy(first, p, EDGE);
-    void *q = S_REALLOC(p, n);
-    if (!q) {
-        __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
-        return p;
-    }
-    if (memcmp(first, q, EDGE) != 0)
-        __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
-    stamp(q, n);
-    return q;
+    return resize_block(rs, p, large_size);
 }
 
 Test(stress, large_blocks_cross_thread, .timeout = 180)
