@@ -326,7 +326,7 @@ static void adopt_dead_slab(struct slab *s, void *arg)
 {
     struct adopt *a = arg;
     unsigned st = s->state;
-    s->feeding = 0;                 /* refills of threads that are gone */
+    __atomic_store_n(&s->feeding, 0, __ATOMIC_RELAXED);   /* refills of threads gone */
     if ((st != SLAB_ACTIVE && st != SLAB_OWNED) || s->owner == a->keep)
         return;
     sd_spin_lock(&s->lock);
