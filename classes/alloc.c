@@ -323,10 +323,13 @@ void free_not_slab(void *p, const char *call)
 {
     tcache_check_get(call);
     int saved = errno;              /* free() preserves errno */
-    if (large_free(p) == 0) {
+    int r = large_free(p);
+    if (likely(r == 0)) {
         errno = saved;
         return;
     }
+    if (r == -2)
+        sd_fatal("%s(): double free %p (large block)", call, p);
     report_invalid(call, p);
 }
 

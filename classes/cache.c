@@ -37,8 +37,10 @@
  *                              are only ever *tried* (partial refill,
  *                              shrink), never waited for.
  *   3. segment kind locks,     leaves: taken with no other allocator lock
- *      the large-block lock,   held (slabs are created and released with
- *      the thread registry     no slab or list lock held).
+ *      the huge-block lock,    held (slabs are created and released with
+ *      the extent arena locks, no slab or list lock held; an arena lock
+ *      the extent stash locks, and a stash lock are never held together:
+ *      the thread registry     core/extent.c, core/large.c).
  *
  * mesh_lock (classes/mesh.c) serialises mesh passes and is taken with no
  * other allocator lock held; under it a pass takes list locks and slab

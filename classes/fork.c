@@ -7,8 +7,10 @@
  * static storage, so registering does not allocate.
  *
  * prepare takes every allocator lock in the documented order
- * (classes/cache.c): the reclaim and drain locks, the cache registry, the thread registry, the segment
- * and large-block leaves, every slab lock, every cache list lock.  The
+ * (classes/cache.c): the reclaim and drain locks, the cache registry, the
+ * thread registry, the segment and large-block leaves (huge blocks, extent
+ * arenas, per-CPU stashes of freed extents: core/large.c), every slab
+ * lock, every cache list lock.  The
  * parent releases them.  The child resets them (it runs as a new tid) and
  * adopts the slabs of the threads that did not survive the fork (found by
  * owner in the segments: their per-thread lists may be half updated; see

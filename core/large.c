@@ -1,301 +1,350 @@
 /*
- * core/large.c - big blocks as their own mappings (see large.h).
+ * core/large.c - blocks above 32 KiB: which kind (extent or huge), the
+ * per-CPU stashes of freed extents, the decay, statistics (see large.h).
+ *
+ * Locking.  A stash's spinlock guards its slots and counters; it is held
+ * for a scan of at most LARGE_STASH_SLOTS slots and never with another
+ * allocator lock (evicted blocks go to their arena after it is dropped).
+ * The slot count is also read without the lock (relaxed) to skip empty
+ * stashes.  A stash is chosen by the CPU the thread runs on now: a thread
+ * preempted while holding one makes another thread on that CPU wait at
+ * most one time slice, as with any spinlock (sd_spin sleeps on a futex
+ * after a while).  fork: large_lock_all() takes the huge-block lock, the
+ * arena locks, then every stash lock (classes/fork.c).
+ *
+ * A stashed extent is XS_CACHED: freed for the program (a second free is
+ * a double free, malloc_usable_size rejects it) but still in use for its
+ * arena.  The free that stashes it makes USED -> CACHED with one atomic
+ * compare-and-swap, which is also the double-free check, whether the
+ * block then goes to a stash or to its arena.
  */
+#define _GNU_SOURCE
 #include "large.h"
 
 #include <errno.h>
-#include <stdint.h>
+#include <sched.h>
 #include <string.h>
 
-#include "lock.h"
+#include "extent.h"
+#include "huge.h"
 #include "options.h"
 #include "os.h"
 
-struct lentry {
-    uintptr_t addr;             /* user pointer, 0 = empty slot */
-    size_t    usable;           /* bytes the user may touch */
-    uintptr_t map;              /* start of the mapping */
-    size_t    maplen;           /* bytes mapped */
+#define NSTASH 64               /* stashes: CPU % NSTASH */
+
+struct stash_slot {
+    void    *p;                 /* block start */
+    uint32_t npages;
+    uint64_t since;             /* ns, when it was freed */
 };
 
-struct cached {
-    uintptr_t map;
-    size_t    maplen;
-    uint64_t  since;            /* ns */
-};
+struct stash {
+    sd_spin  lock;
+    uint32_t n;                 /* slots in use (relaxed reads unlocked) */
+    uint32_t pages;             /* pages of the blocks held */
+    uint64_t expire;            /* ns when the oldest slot decays, 0: empty
+                                   (relaxed reads unlocked) */
+    struct stash_slot slot[LARGE_STASH_SLOTS];
+} __attribute__((aligned(64)));
 
-#define LARGE_MAX       (1UL << 46)    /* bytes of one block, at most */
-#define CACHE_SLOTS     8
-#define CACHE_MAX_BYTES (64UL << 20)
-#define CACHE_MAX_ONE   (16UL << 20)
+static struct stash stashes[NSTASH];
+static unsigned stash_hi;       /* stashes used: [0, stash_hi) (atomic max) */
 
-static sd_mutex lock = SD_MUTEX_INIT;
-static struct lentry *table;    /* capacity a power of two */
-static size_t cap, count, mapped;
-static struct cached cache[CACHE_SLOTS];
-static size_t ncached, cached_bytes;
-static size_t ncached_hint;   /* ncached, for unlocked peeks (relaxed) */
-
-static void unlock_large(void)
+static inline unsigned current_cpu(void)
 {
-    __atomic_store_n(&ncached_hint, ncached, __ATOMIC_RELAXED);
-    sd_mutex_unlock(&lock);
+    int c = sched_getcpu();     /* rseq's cpu_id, or the vDSO */
+    return c < 0 ? 0 : (unsigned)c;
 }
 
-static inline size_t hash(uintptr_t a, size_t mask)
+/* A thread allocates from one arena (threads take them in turn): its
+ * blocks share chunks wherever it runs.  Frees go to the owner arena. */
+static __thread unsigned my_arena __attribute__((tls_model("initial-exec")));
+static unsigned arena_turn;
+
+static inline unsigned thread_arena(void)
 {
-    return (size_t)((a >> 12) * 0x9E3779B97F4A7C15ull >> 17) & mask;
+    unsigned a = my_arena;
+    if (unlikely(!a))
+        a = my_arena = __atomic_fetch_add(&arena_turn, 1, __ATOMIC_RELAXED) % XARENAS + 1;
+    return a - 1;
 }
 
-static struct lentry *lookup_locked(uintptr_t a)
+static inline size_t pages_of(size_t size)
 {
-    if (!table)
+    size_t n = (size + SD_PAGE_SIZE - 1) / SD_PAGE_SIZE;
+    return n ? n : 1;           /* memalign(big, 0): a real block */
+}
+
+/* ---------------------------------------------------------------- */
+/* Stashes                                                           */
+
+static void stash_expire_locked(struct stash *st)
+{
+    uint64_t oldest = 0;
+    for (unsigned i = 0; i < st->n; i++)
+        if (!oldest || st->slot[i].since < oldest)
+            oldest = st->slot[i].since;
+    __atomic_store_n(&st->expire,
+                     oldest ? oldest + (uint64_t)sd_opt.decay_ms * 1000000ull : 0,
+                     __ATOMIC_RELAXED);
+}
+
+static void stash_remove_locked(struct stash *st, unsigned i)
+{
+    st->pages -= st->slot[i].npages;
+    st->slot[i] = st->slot[st->n - 1];
+    __atomic_store_n(&st->n, st->n - 1, __ATOMIC_RELAXED);
+}
+
+/* A stashed block of npages..npages + npages/8 pages (the smallest), now
+ * USED again, or NULL. */
+static void *stash_take(unsigned cpu, size_t npages)
+{
+    struct stash *st = &stashes[cpu % NSTASH];
+    if (!__atomic_load_n(&st->n, __ATOMIC_RELAXED))
         return NULL;
-    size_t mask = cap - 1;
-    for (size_t i = hash(a, mask);; i = (i + 1) & mask) {
-        if (table[i].addr == a)
-            return &table[i];
-        if (!table[i].addr)
-            return NULL;
+    void *p = NULL;
+    sd_spin_lock(&st->lock);
+    unsigned best = LARGE_STASH_SLOTS;
+    for (unsigned i = 0; i < st->n; i++) {
+        size_t np = st->slot[i].npages;
+        if (np >= npages && np - npages <= npages / 8 &&
+            (best == LARGE_STASH_SLOTS || np < st->slot[best].npages))
+            best = i;
     }
+    if (best != LARGE_STASH_SLOTS) {
+        p = st->slot[best].p;
+        stash_remove_locked(st, best);
+        stash_expire_locked(st);
+    }
+    sd_spin_unlock(&st->lock);
+    if (p)
+        __atomic_store_n(&extent_page_of(p)->state, XS_USED, __ATOMIC_RELEASE);
+    return p;
 }
 
-static void insert_raw(struct lentry *t, size_t c, const struct lentry *e)
+static void release_all(void **v, unsigned n)
 {
-    size_t mask = c - 1;
-    size_t i = hash(e->addr, mask);
-    while (t[i].addr)
-        i = (i + 1) & mask;
-    t[i] = *e;
+    for (unsigned i = 0; i < n; i++)
+        extent_release(extent_page_of(v[i]));
 }
 
-static int grow_locked(void)
+/* Keep the CACHED block p of npages in this CPU's stash, evicting the
+ * oldest blocks to their arenas as needed. */
+static void stash_put(unsigned cpu, void *p, size_t npages)
 {
-    size_t ncap = cap ? cap * 2 : 1024;
-    void *mem;
-    if (os_map_aligned(ncap * sizeof(struct lentry), SD_PAGE_SIZE, &mem))
-        return ENOMEM;
-    for (size_t i = 0; i < cap; i++)
-        if (table[i].addr)
-            insert_raw(mem, ncap, &table[i]);
-    if (table)
-        os_unmap(table, cap * sizeof(struct lentry));
-    table = mem;
-    cap = ncap;
-    return 0;
+    unsigned i = cpu % NSTASH;
+    struct stash *st = &stashes[i];
+    if (__atomic_load_n(&stash_hi, __ATOMIC_RELAXED) <= i) {
+        unsigned hi = __atomic_load_n(&stash_hi, __ATOMIC_RELAXED);
+        while (hi <= i && !__atomic_compare_exchange_n(&stash_hi, &hi, i + 1, 1,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            ;
+    }
+    void *evict[LARGE_STASH_SLOTS];
+    unsigned nevict = 0;
+    uint64_t now = os_now_ns();
+    sd_spin_lock(&st->lock);
+    while (st->n && (st->n == LARGE_STASH_SLOTS ||
+                     st->pages + npages > LARGE_STASH_PAGES)) {
+        unsigned old = 0;
+        for (unsigned j = 1; j < st->n; j++)
+            if (st->slot[j].since < st->slot[old].since)
+                old = j;
+        evict[nevict++] = st->slot[old].p;
+        stash_remove_locked(st, old);
+    }
+    st->slot[st->n] = (struct stash_slot){ p, (uint32_t)npages, now };
+    st->pages += (uint32_t)npages;
+    __atomic_store_n(&st->n, st->n + 1, __ATOMIC_RELAXED);
+    stash_expire_locked(st);
+    sd_spin_unlock(&st->lock);
+    release_all(evict, nevict);
 }
 
-/* Backward-shift deletion keeps linear probing free of tombstones. */
-static void remove_locked(struct lentry *e)
+/* Give the stashed blocks freed before `before` ns back to their arenas. */
+static void stash_flush(uint64_t before)
 {
-    size_t mask = cap - 1;
-    size_t i = (size_t)(e - table);
-    for (size_t j = (i + 1) & mask; table[j].addr; j = (j + 1) & mask) {
-        size_t h = hash(table[j].addr, mask);
-        if (((j - h) & mask) >= ((j - i) & mask)) {
-            table[i] = table[j];
-            i = j;
+    unsigned hi = __atomic_load_n(&stash_hi, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < hi; i++) {
+        struct stash *st = &stashes[i];
+        uint64_t exp = __atomic_load_n(&st->expire, __ATOMIC_RELAXED);
+        if (!exp || (before != UINT64_MAX &&
+                     exp - (uint64_t)sd_opt.decay_ms * 1000000ull >= before))
+            continue;
+        void *out[LARGE_STASH_SLOTS];
+        unsigned n = 0;
+        sd_spin_lock(&st->lock);
+        for (unsigned j = 0; j < st->n;) {
+            if (st->slot[j].since < before) {
+                out[n++] = st->slot[j].p;
+                stash_remove_locked(st, j);
+            } else {
+                j++;
+            }
         }
+        stash_expire_locked(st);
+        sd_spin_unlock(&st->lock);
+        release_all(out, n);
     }
-    table[i].addr = 0;
-    count--;
 }
 
-static size_t decay_locked(uint64_t now, int all, struct cached *out, size_t *nout)
-{
-    size_t bytes = 0;
-    uint64_t decay = (uint64_t)sd_opt.decay_ms * 1000000ull;
-    for (size_t i = 0; i < ncached;) {
-        if (all || now - cache[i].since >= decay) {
-            out[(*nout)++] = cache[i];
-            bytes += cache[i].maplen;
-            cached_bytes -= cache[i].maplen;
-            cache[i] = cache[--ncached];
-        } else {
-            i++;
-        }
-    }
-    return bytes;
-}
-
-static void unmap_list(struct cached *l, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        os_unmap((void *)l[i].map, l[i].maplen);
-}
+/* ---------------------------------------------------------------- */
+/* The malloc family's large paths                                   */
 
 void *large_alloc(size_t size, size_t align, int zero)
 {
     if (align < SD_PAGE_SIZE)
         align = SD_PAGE_SIZE;
-    size_t len = (size + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
-    if (len < size || len > LARGE_MAX) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    if (len == 0)
-        len = SD_PAGE_SIZE;         /* memalign(big, 0): a real block */
-    struct lentry e = { 0 };
-    sd_mutex_lock(&lock);
-    if (align == SD_PAGE_SIZE) {
-        size_t best = CACHE_SLOTS;
-        for (size_t i = 0; i < ncached; i++)
-            if (cache[i].maplen >= len && cache[i].maplen - len <= len / 4 &&
-                (best == CACHE_SLOTS || cache[i].maplen < cache[best].maplen))
-                best = i;
-        if (best != CACHE_SLOTS) {
-            e.map = cache[best].map;
-            e.maplen = cache[best].maplen;
-            cached_bytes -= e.maplen;
-            cache[best] = cache[--ncached];
-        }
-    }
-    unlock_large();
-    if (!e.map) {
-        void *m;
-        if (os_map_aligned(len, align, &m)) {
-            errno = ENOMEM;
+    if (size > LARGE_EXTENT_MAX || align > LARGE_ALIGN_MAX)
+        return huge_alloc(size, align, zero);
+    size_t n = pages_of(size);
+    unsigned cpu = current_cpu();
+    void *p = align == SD_PAGE_SIZE ? stash_take(cpu, n) : NULL;
+    int fresh = 0;
+    if (!p) {
+        p = extent_alloc(thread_arena(), n, align / SD_PAGE_SIZE, &fresh);
+        if (!p)
             return NULL;
-        }
-        e.map = (uintptr_t)m;
-        e.maplen = len;
     }
-    else if (zero)
-        memset((void *)e.map, 0, e.maplen);     /* a reused mapping */
-    e.addr = e.map;
-    e.usable = e.maplen;
-    sd_mutex_lock(&lock);
-    if ((count + 1) * 2 > cap && grow_locked()) {
-        unlock_large();
-        os_unmap((void *)e.map, e.maplen);
-        errno = ENOMEM;
-        return NULL;
-    }
-    insert_raw(table, cap, &e);
-    count++;
-    mapped += e.maplen;
-    unlock_large();
-    return (void *)e.addr;
+    if (zero && !fresh)
+        memset(p, 0, n * SD_PAGE_SIZE);
+    return p;
 }
 
 size_t large_usable(const void *p)
 {
-    sd_mutex_lock(&lock);
-    struct lentry *e = lookup_locked((uintptr_t)p);
-    size_t n = e ? e->usable : 0;
-    unlock_large();
-    return n;
+    struct xpage *x = extent_used(p);
+    if (x)
+        return (size_t)x->npages * SD_PAGE_SIZE;
+    if (extent_page_of(p))
+        return 0;
+    return huge_usable(p);
 }
 
 int large_free(void *p)
 {
-    struct cached drop[CACHE_SLOTS + 1];
-    size_t ndrop = 0;
-    sd_mutex_lock(&lock);
-    struct lentry *e = lookup_locked((uintptr_t)p);
-    if (!e) {
-        unlock_large();
+    struct xpage *x = extent_page_of(p);
+    if (!x)
+        return huge_free(p);
+    if (((uintptr_t)p & (SD_PAGE_SIZE - 1)) || !x->first)
         return -1;
-    }
-    struct cached c = { e->map, e->maplen, os_now_ns() };
-    mapped -= e->maplen;
-    remove_locked(e);
-    decay_locked(c.since, 0, drop, &ndrop);
-    if (sd_opt.decay_ms && c.maplen <= CACHE_MAX_ONE) {
-        while (ncached && (ncached == CACHE_SLOTS ||
-                           cached_bytes + c.maplen > CACHE_MAX_BYTES)) {
-            drop[ndrop++] = cache[0];       /* the oldest is not tracked: any */
-            cached_bytes -= cache[0].maplen;
-            cache[0] = cache[--ncached];
-        }
-        cache[ncached++] = c;
-        cached_bytes += c.maplen;
-    } else {
-        drop[ndrop++] = c;
-    }
-    unlock_large();
-    unmap_list(drop, ndrop);
+    uint8_t st = XS_USED;
+    if (!__atomic_compare_exchange_n(&x->state, &st, XS_CACHED, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return st == XS_INSIDE ? -1 : -2;
+    size_t n = x->npages;
+    if (n <= LARGE_STASH_MAX && sd_opt.decay_ms)
+        stash_put(current_cpu(), p, n);
+    else
+        extent_release(x);
     return 0;
 }
 
 void *large_realloc(void *p, size_t size)
 {
-    size_t len = (size + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
-    if (len < size || len > LARGE_MAX) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    sd_mutex_lock(&lock);
-    struct lentry *e = lookup_locked((uintptr_t)p);
-    if (!e || e->addr != e->map) {
-        unlock_large();
+    struct xpage *x = extent_page_of(p);
+    if (!x)
+        return huge_realloc(p, size);
+    if (!extent_used(p)) {
         errno = EINVAL;
         return NULL;
     }
-    struct lentry old = *e;
-    remove_locked(e);
-    unlock_large();
-    /* The block is out of the table while it moves: only its owner may
-     * touch it, and the owner is in this call. */
-    void *m = (void *)old.map;
-    int err = len == old.maplen ? 0 : os_remap((void *)old.map, old.maplen, len, &m);
-    struct lentry ne = old;
-    if (!err) {
-        ne.map = ne.addr = (uintptr_t)m;
-        ne.maplen = ne.usable = len;
-    }
-    sd_mutex_lock(&lock);
-    if ((count + 1) * 2 > cap)
-        grow_locked();              /* cannot fail below half full */
-    insert_raw(table, cap, &ne);
-    count++;
-    mapped += ne.maplen - old.maplen;
-    unlock_large();
-    if (err) {
-        errno = ENOMEM;
+    size_t have = (size_t)x->npages * SD_PAGE_SIZE;
+    if (size <= LARGE_EXTENT_MAX && extent_resize(x, pages_of(size)) == 0)
+        return p;
+    void *q = large_alloc(size, 0, 0);
+    if (!q)
         return NULL;
-    }
-    return m;
+    memcpy(q, p, have < size ? have : size);
+    large_free(p);
+    return q;
 }
+
+/* ---------------------------------------------------------------- */
+/* Purging                                                           */
 
 size_t large_trim(void)
 {
-    struct cached drop[CACHE_SLOTS];
-    size_t ndrop = 0;
-    sd_mutex_lock(&lock);
-    size_t bytes = decay_locked(0, 1, drop, &ndrop);
-    unlock_large();
-    unmap_list(drop, ndrop);
-    return bytes;
+    stash_flush(UINT64_MAX);
+    return extent_purge(UINT64_MAX) + huge_trim();
+}
+
+size_t large_purge_decayed(void)
+{
+    uint64_t now = os_now_ns(), d = (uint64_t)sd_opt.decay_ms * 1000000ull;
+    uint64_t before = now > d ? now - d : 0;
+    stash_flush(before);
+    return extent_purge(before) + huge_decay();
 }
 
 void large_decay(void)
 {
-    if (!__atomic_load_n(&ncached_hint, __ATOMIC_RELAXED))
-        return;
-    struct cached drop[CACHE_SLOTS];
-    size_t ndrop = 0;
-    sd_mutex_lock(&lock);
-    decay_locked(os_now_ns(), 0, drop, &ndrop);
-    unlock_large();
-    unmap_list(drop, ndrop);
+    uint64_t now = os_now_ns(), d = (uint64_t)sd_opt.decay_ms * 1000000ull;
+    unsigned hi = __atomic_load_n(&stash_hi, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < hi; i++) {
+        uint64_t exp = __atomic_load_n(&stashes[i].expire, __ATOMIC_RELAXED);
+        if (exp && now >= exp) {
+            stash_flush(now > d ? now - d : 0);
+            break;
+        }
+    }
+    extent_decay(now);
+    huge_decay();
 }
 
-void large_usage(size_t *blocks, size_t *bytes, size_t *cbytes)
+/* ---------------------------------------------------------------- */
+/* Statistics and fork                                               */
+
+void large_get_stats(struct large_stats *out)
 {
-    sd_mutex_lock(&lock);
-    if (blocks) *blocks = count;
-    if (bytes) *bytes = mapped;
-    if (cbytes) *cbytes = cached_bytes;
-    unlock_large();
+    memset(out, 0, sizeof *out);
+    struct extent_stats e;
+    extent_get_stats(&e);
+    unsigned hi = __atomic_load_n(&stash_hi, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < hi; i++) {
+        sd_spin_lock(&stashes[i].lock);
+        out->cached_blocks += stashes[i].n;
+        out->cached_bytes += (size_t)stashes[i].pages * SD_PAGE_SIZE;
+        sd_spin_unlock(&stashes[i].lock);
+    }
+    size_t hmaps;
+    huge_usage(&out->huge_blocks, &out->huge_bytes, &out->huge_cached_bytes, &hmaps);
+    out->huge_cached_maps = hmaps;
+    /* The stashes are read after the arenas: a block freed meanwhile may
+     * be counted in both, never in neither. */
+    out->extent_blocks = e.used_blocks > out->cached_blocks
+                       ? e.used_blocks - out->cached_blocks : 0;
+    out->extent_bytes = e.used_bytes > out->cached_bytes
+                      ? e.used_bytes - out->cached_bytes : 0;
+    out->blocks = out->extent_blocks + out->huge_blocks;
+    out->bytes = out->extent_bytes + out->huge_bytes;
+    out->dirty_extents = e.dirty_extents;
+    out->dirty_bytes = e.dirty_bytes;
+    out->purged_extents = e.purged_extents;
+    out->purged_bytes = e.purged_bytes;
+    out->purged_total = e.purged_total;
+    out->chunks = e.chunks;
+    out->chunk_bytes = e.chunks * XCHUNK_SIZE;
+    out->mappings = e.chunks + out->huge_blocks + hmaps;
 }
 
-void large_lock_all(void) { sd_mutex_lock(&lock); }
+void large_lock_all(void)
+{
+    huge_lock_all();
+    extent_lock_all();
+    for (unsigned i = 0; i < NSTASH; i++)
+        sd_spin_lock(&stashes[i].lock);
+}
 
 void large_unlock_all(int child)
 {
-    if (child)
-        sd_mutex_reset_child(&lock);
-    else
-        unlock_large();
+    for (unsigned i = NSTASH; i-- > 0;) {
+        if (child)      /* the child runs as a new tid */
+            __atomic_store_n(&stashes[i].lock.holder, 0, __ATOMIC_RELEASE);
+        else
+            sd_spin_unlock(&stashes[i].lock);
+    }
+    extent_unlock_all(child);
+    huge_unlock_all(child);
 }

@@ -1,35 +1,81 @@
 /*
- * core/large.h - blocks above the largest size class.
+ * core/large.h - blocks above the largest size class (32 KiB).
  *
- * Each block is its own page-aligned mapping, found by address through an
- * open-addressing hash table (O(1); a pointer that is not a block start is
- * not found).  Freed mappings wait in a small cache for `decay` ms so that
- * a program that frees and reallocates big buffers does not thrash mmap;
- * past the decay, or the cache limits, they are unmapped.
+ * Two kinds, one interface:
+ *  - up to LARGE_EXTENT_MAX (and aligned up to LARGE_ALIGN_MAX): an extent
+ *    of whole pages in a 64 MiB chunk (core/extent.h).  Freed ones go to
+ *    a per-CPU stash first (up to LARGE_STASH_SLOTS blocks of at most
+ *    LARGE_STASH_MAX pages each), from which the next malloc of about the
+ *    same size on that CPU takes them without touching an arena; the
+ *    others, and those a stash evicts, become dirty free extents of their
+ *    arena, reused at once (best fit, dirty first) and purged
+ *    (MADV_DONTNEED) after SLABDEFRAG_DECAY_MS.
+ *  - above: a huge block, its own mapping (core/huge.h), realloc'd with
+ *    mremap.
  *
- * Locking: one mutex, a leaf (taken with no other allocator lock held).
+ * Why 4 MiB.  Up to there a block is at most 1/16 of a chunk, so a chunk
+ * never loses more than 1/16 to a tail no block fits in, and blocks of
+ * every size of the range share chunks.  Above it the first touch of a
+ * block is at least 1,024 page faults (some 250 us with the zeroing),
+ * against about 5 us for the mmap/munmap pair: a mapping of its own costs
+ * under 2%, mremap grows it without copying, and unmapping it returns its
+ * address space at once.  jemalloc puts the same boundary nowhere (every
+ * size is an extent) and mimalloc at 16 MiB (1/2 of its segment).
+ * The mapping count is then at most: chunks (heap bytes in extents / 64
+ * MiB, plus one per arena in use) + huge blocks (heap bytes / 4 MiB) + 8
+ * cached huge mappings: bounded by the heap's size, never by the number
+ * of blocks.
+ *
+ * Locking: a stash has a spinlock, held for a few loads and stores and
+ * never with another allocator lock; arena and huge-block locks are
+ * described in core/extent.c and core/huge.h.  No lock is shared by all
+ * threads on the path of an extent's malloc or free.
  */
 #ifndef SD_CORE_LARGE_H
 #define SD_CORE_LARGE_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#define LARGE_EXTENT_MAX   (4UL << 20)  /* bytes: larger blocks are huge */
+#define LARGE_ALIGN_MAX    (2UL << 20)  /* alignment extents serve */
+#define LARGE_STASH_SLOTS  8            /* blocks per CPU stash */
+#define LARGE_STASH_MAX    64           /* pages of one stashed block (256 KiB) */
+#define LARGE_STASH_PAGES  256          /* pages of one stash (1 MiB) */
 
 /* A block of at least size bytes aligned to align (power of two), zeroed
  * if `zero`.  NULL and errno ENOMEM on failure. */
 void *large_alloc(size_t size, size_t align, int zero);
-/* Usable bytes of the block starting at p, 0 if p starts no large block. */
+/* Usable bytes of the live block starting at p, 0 if p starts none. */
 size_t large_usable(const void *p);
-/* Free the block starting at p.  0, or -1 if p starts no large block. */
+/* Free the block starting at p.  0; -1 if p starts no large block; -2 if
+ * p starts a large block that is already free (a double free). */
 int large_free(void *p);
-/* Resize in place or by moving (mremap); NULL + ENOMEM on failure (p is
- * then untouched).  p must start a large block with default alignment. */
+/* Resize in place (an extent: shrinking, or growing into a free extent
+ * after it; a huge block: mremap) or by moving.  NULL + ENOMEM on failure
+ * (p is then untouched).  p must start a live large block. */
 void *large_realloc(void *p, size_t size);
-/* Unmap every cached mapping; returns bytes released. */
+/* Purge every free extent, flush the stashes, unmap cached huge mappings;
+ * returns bytes released. */
 size_t large_trim(void);
-/* Release cached mappings older than the decay (called from slow paths). */
+/* The same for what is older than the decay only. */
+size_t large_purge_decayed(void);
+/* Purge what is past the decay, cheaply when nothing is (slow paths). */
 void large_decay(void);
-/* Live blocks and their mapped bytes. */
-void large_usage(size_t *blocks, size_t *bytes, size_t *cached_bytes);
+
+struct large_stats {
+    size_t blocks, bytes;                 /* live large blocks, usable bytes */
+    size_t extent_blocks, extent_bytes;   /* ... of which extents */
+    size_t huge_blocks, huge_bytes;       /* ... of which huge */
+    size_t cached_blocks, cached_bytes;   /* freed extents in the stashes */
+    size_t dirty_extents, dirty_bytes;    /* free extents, resident */
+    size_t purged_extents, purged_bytes;  /* free extents, purged or fresh */
+    size_t purged_total;                  /* bytes purged since start */
+    size_t chunks, chunk_bytes;           /* chunks mapped */
+    size_t huge_cached_maps, huge_cached_bytes;
+    size_t mappings;                      /* chunks + huge + cached huge */
+};
+void large_get_stats(struct large_stats *out);
 
 void large_lock_all(void);
 void large_unlock_all(int child);

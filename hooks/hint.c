@@ -12,6 +12,13 @@
  * from a candidate, so moves converge instead of ping-ponging.  With
  * meshing, an object of an alias slab is judged by its host, whose counts
  * cover every slab sharing those pages: emptying the group frees them.
+ *
+ * Large blocks (extents, core/extent.h) are never hinted nor moved: the
+ * free pages around them are purged page by page (MADV_DONTNEED after the
+ * decay, or at once by sd_shrink_all), so a sparse chunk costs no memory,
+ * only address space.  Moving a block to empty a chunk would copy it (up
+ * to 4 MiB) to return nothing resident; and chunks are never unmapped,
+ * so that a stale pointer into one is diagnosed, as with segments.
  */
 #include <string.h>
 

@@ -140,7 +140,7 @@ static size_t pass(int urgent)
 {
     uint64_t t0 = os_now_ns();
     uint64_t deadline = t0 + (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
-    size_t bytes = large_trim();
+    size_t bytes = urgent ? large_trim() : large_purge_decayed();
     for (unsigned n = 0; n < SD_MAX_CACHES; n++) {
         unsigned i = (cursor + n) % SD_MAX_CACHES;
         struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);

@@ -213,16 +213,28 @@ static void totals_add(struct totals *t, const struct row *r)
 
 static void text_totals(struct out *o, const struct totals *t)
 {
-    size_t lblocks, lbytes, lcached;
-    large_usage(&lblocks, &lbytes, &lcached);
+    struct large_stats l;
+    large_get_stats(&l);
     struct shrinker_stats st;
     shrinker_get_stats(&st);
-    char a[16], b[16];
+    char a[16], b[16], c[16], d[16], e[16], f[16];
     size_str(a, sizeof a, t->space);
-    size_str(b, sizeof b, lbytes);
+    size_str(b, sizeof b, l.bytes);
     out_fmt(o, "Total: %zu objects in %zu slabs, %s slab space, %u%% efficient; "
-            "large: %zu blocks, %s mapped\n", t->objects, t->slabs, a,
-            pct(t->used, t->space), lblocks, b);
+            "large: %zu blocks, %s\n", t->objects, t->slabs, a,
+            pct(t->used, t->space), l.blocks, b);
+    size_str(a, sizeof a, l.extent_bytes);
+    size_str(b, sizeof b, l.cached_bytes);
+    size_str(c, sizeof c, l.dirty_bytes);
+    size_str(d, sizeof d, l.purged_bytes);
+    size_str(e, sizeof e, l.purged_total);
+    size_str(f, sizeof f, l.huge_bytes);
+    out_fmt(o, "Extents: %zu in use (%s), %zu stashed (%s), %zu free (%s resident), "
+            "%zu purged (%s), %s purged since start; %zu huge (%s); "
+            "mappings: %zu (%zu chunks of 64M, %zu huge, %zu cached)\n",
+            l.extent_blocks, a, l.cached_blocks, b, l.dirty_extents, c,
+            l.purged_extents, d, e, l.huge_blocks, f, l.mappings, l.chunks,
+            l.huge_blocks, l.huge_cached_maps);
     out_fmt(o, "Shrinker: %s, %lu passes, %lu bytes released, longest pass "
             "%lu us, longest vacate %lu us, longest get() pause %lu us\n",
             st.running ? "running" : "idle",
@@ -295,15 +307,22 @@ static void json_cache(struct out *o, const struct row *r)
 
 static void json_totals(struct out *o, const struct totals *t)
 {
-    size_t lblocks, lbytes, lcached;
-    large_usage(&lblocks, &lbytes, &lcached);
+    struct large_stats l;
+    large_get_stats(&l);
     struct shrinker_stats st;
     shrinker_get_stats(&st);
     out_fmt(o, "\"totals\":{\"caches\":%zu,\"objects\":%zu,\"slabs\":%zu,\"space\":%zu,"
             "\"used\":%zu,\"efficiency_pct\":%u},", t->caches, t->objects, t->slabs,
             t->space, t->used, pct(t->used, t->space));
-    out_fmt(o, "\"large\":{\"blocks\":%zu,\"bytes\":%zu,\"cached_bytes\":%zu},",
-            lblocks, lbytes, lcached);
+    out_fmt(o, "\"large\":{\"blocks\":%zu,\"bytes\":%zu,\"extents_inuse\":%zu,"
+            "\"extents_inuse_bytes\":%zu,\"extents_stashed\":%zu,\"extents_stashed_bytes\":%zu,"
+            "\"extents_free\":%zu,\"extents_free_bytes\":%zu,\"extents_purged\":%zu,"
+            "\"extents_purged_bytes\":%zu,\"purged_total_bytes\":%zu,\"chunks\":%zu,"
+            "\"huge_blocks\":%zu,\"huge_bytes\":%zu,\"cached_bytes\":%zu,\"mappings\":%zu},",
+            l.blocks, l.bytes, l.extent_blocks, l.extent_bytes, l.cached_blocks,
+            l.cached_bytes, l.dirty_extents, l.dirty_bytes, l.purged_extents,
+            l.purged_bytes, l.purged_total, l.chunks, l.huge_blocks, l.huge_bytes,
+            l.huge_cached_bytes, l.mappings);
     out_fmt(o, "\"shrinker\":{\"running\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
             "\"wake_pressure\":%lu,\"wake_explicit\":%lu,\"wake_rss\":%lu,"
             "\"bytes_released\":%lu,\"longest_pass_us\":%lu,\"longest_vacate_us\":%lu,"

@@ -97,11 +97,13 @@ SD_EXPORT struct mallinfo2 mallinfo2(void)
 {
     struct mallinfo2 mi;
     memset(&mi, 0, sizeof mi);
-    size_t mapped, slots, lblocks, lbytes, lcached;
+    size_t mapped, slots;
     segment_usage(&mapped, &slots);
-    large_usage(&lblocks, &lbytes, &lcached);
+    struct large_stats l;
+    large_get_stats(&l);
+    size_t lbytes = l.bytes, lcached = l.cached_bytes + l.dirty_bytes + l.huge_cached_bytes;
     mi.arena = mapped;
-    mi.hblks = lblocks;
+    mi.hblks = l.huge_blocks + l.extent_blocks;
     mi.hblkhd = lbytes;
     size_t inuse = 0;
     for (unsigned i = 0; i < SD_MAX_CACHES; i++) {

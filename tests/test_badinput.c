@@ -260,6 +260,60 @@ Test(api, badinput_double_free_large)
     expect_message(&c, needle, p);
 }
 
+/* Extents (issue 12).  fn(p) in a child must abort with `msg` and p. */
+static void expect_abort(child_fn fn, void *p, const char *msg)
+{
+    struct child c;
+    run_child(fn, p, &c);
+    expect_sigabrt(&c);
+    expect_message(&c, msg, p);
+}
+
+/* One stashed per CPU (up to 256 KiB), one that goes to its arena: each
+ * double free is named as such. */
+static void double_free_large_exact(size_t n)
+{
+    void *p = malloc_fn(n);
+    cr_assert_not_null(p);
+    expect_abort(do_double_free, p, "slabdefrag: free(): double free");
+    free(p);
+}
+
+Test(api, badinput_double_free_extent_stashed)
+{
+    double_free_large_exact(100 << 10);
+}
+
+Test(api, badinput_double_free_extent)
+{
+    double_free_large_exact(2 << 20);
+}
+
+Test(api, badinput_free_extent_next_page)
+{
+    /* Page aligned inside a block: not a block start. */
+    char *b = malloc_fn(1 << 20);
+    cr_assert_not_null(b);
+    expect_abort(do_free, b + 4096, "slabdefrag: free(): invalid pointer");
+    expect_abort(do_usable, b + 4096, "slabdefrag: malloc_usable_size(): invalid pointer");
+    free(b);
+}
+
+static void do_free_then_usable(void *p)
+{
+    free_fn(p);
+    volatile size_t n = usable_fn(p);
+    (void)n;
+}
+
+Test(api, badinput_usable_size_of_freed_extent)
+{
+    void *p = malloc_fn(300 << 10);
+    cr_assert_not_null(p);
+    expect_abort(do_free_then_usable, p, "slabdefrag: malloc_usable_size(): invalid pointer");
+    free(p);
+}
+
 Test(api, badinput_realloc_foreign_pointer)
 {
     char buf[128];

@@ -144,8 +144,9 @@ Test(unit, sdm_calloc_zero_and_overflow)
 
 Test(unit, sdm_calloc_large_zeroed_after_reuse)
 {
-    for (int r = 0; r < 10; r++) {
-        size_t n = 2 * MiB + (size_t)r * 4096;
+    for (int r = 0; r < 12; r++) {
+        /* a stashed extent (r < 2), then extents of the arena */
+        size_t n = r < 2 ? 40 * KiB + (size_t)r * 100 * KiB : 2 * MiB + (size_t)r * 4096;
         uint8_t *p = sdm_malloc(n);
         cr_assert_not_null(p);
         memset(p, 0xAA, n);
@@ -600,4 +601,256 @@ Test(unit, cache_recreate_after_destroy)
         sd_cache_free(c, o);
         sd_cache_destroy(c);
     }
+}
+
+/* ---- large blocks: extents (issue 12) ----------------------------------- */
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include "large.h"
+
+static long maps_lines(void)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    cr_assert_not_null(f);
+    long n = 0;
+    for (int c; (c = getc(f)) != EOF;)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static size_t rss_kb(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "re");
+    cr_assert_not_null(f);
+    cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
+    fclose(f);
+    return (size_t)resident * 4;
+}
+
+static void *thread_nop(void *a) { return a; }
+
+Test(unit, large_300k_blocks_few_mappings, .timeout = 300)
+{
+    /* 300,000 live blocks of 33 KiB..1 MiB (log-uniform), as many freed
+     * between them: one mapping per block would pass vm.max_map_count. */
+    enum { N = 300000 };
+    void **p = calloc(2 * N, sizeof *p);
+    cr_assert_not_null(p);
+    uint64_t s = 88172645463325252ull;
+    long before = maps_lines();
+    for (long i = 0; i < 2 * N; i++) {
+        uint64_t r = rnd(&s);
+        size_t base = 33 * KiB << (r % 5);  /* about as many per doubling */
+        size_t n = base + (r >> 8) % base;
+        if (n > 1 * MiB)
+            n = 1 * MiB;
+        p[i] = sdm_malloc(n);
+        cr_assert_not_null(p[i], "block %ld of %zu B", i, n);
+        if (i % 64 == 0)
+            *(char *)p[i] = 1;
+    }
+    for (long i = 0; i < 2 * N; i += 2)
+        sdm_free(p[i]);
+    long live = maps_lines();
+    struct large_stats st;
+    large_get_stats(&st);
+    cr_assert_geq(st.extent_blocks, N, "extents in use %zu", st.extent_blocks);
+    cr_assert_lt(live - before, 4000, "%ld mappings for %d live blocks (%zu chunks)",
+                 live - before, N, st.chunks);
+    cr_assert_leq(st.mappings, st.chunks + 16, "mappings %zu, chunks %zu", st.mappings,
+                  st.chunks);
+    /* The process can still make threads, mappings and load libraries. */
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, thread_nop, NULL), 0);
+    pthread_join(t, NULL);
+    void *m = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(m, MAP_FAILED);
+    munmap(m, 1 << 20);
+    void *dl = dlopen("libm.so.6", RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(dl, "dlopen: %s", dlerror());
+    dlclose(dl);
+    for (long i = 1; i < 2 * N; i += 2)
+        sdm_free(p[i]);
+    free(p);
+}
+
+Test(unit, large_freed_block_reused_at_once)
+{
+    /* A stashed block (up to 256 KiB) and an arena's dirty extent. */
+    size_t sizes[] = { 40 * KiB, 200 * KiB, 1 * MiB, 3 * MiB };
+    for (unsigned k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        void *guard = sdm_malloc(sizes[k]);     /* keeps p off the top */
+        void *p = sdm_malloc(sizes[k]);
+        void *after = sdm_malloc(sizes[k]);
+        cr_assert(p && guard && after);
+        fill(p, sizes[k], 3);
+        sdm_free(p);
+        void *q = sdm_malloc(sizes[k]);
+        cr_assert_eq(q, p, "%zu B: freed %p, got %p", sizes[k], p, q);
+        sdm_free(q);
+        sdm_free(guard);
+        sdm_free(after);
+    }
+}
+
+/* Three blocks one after another in a fresh chunk region (2 MiB: no stash). */
+static void three_adjacent(void **a, size_t n)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        a[0] = sdm_malloc(n);
+        a[1] = sdm_malloc(n);
+        a[2] = sdm_malloc(n);
+        cr_assert(a[0] && a[1] && a[2]);
+        if ((char *)a[1] == (char *)a[0] + n && (char *)a[2] == (char *)a[1] + n)
+            return;
+        /* leak them: the next three come from further on */
+    }
+    cr_assert_fail("no three adjacent blocks of %zu B", n);
+}
+
+Test(unit, large_free_neighbours_coalesce)
+{
+    void *a[3];
+    three_adjacent(a, 2 * MiB);
+    void *fence = sdm_malloc(2 * MiB);
+    cr_assert_not_null(fence);
+    sdm_free(a[0]);
+    sdm_free(a[1]);
+    /* a[0] and a[1] are one free extent of 4 MiB now */
+    void *big = sdm_malloc(4 * MiB);
+    cr_assert_eq(big, a[0], "4 MiB at %p, the two freed 2 MiB blocks at %p", big, a[0]);
+    sdm_free(big);
+    sdm_free(a[2]);
+    sdm_free(fence);
+}
+
+Test(unit, large_realloc_grows_and_shrinks_in_place)
+{
+    void *a[3];
+    three_adjacent(a, 1 * MiB + 4 * KiB);   /* above the stash bound */
+    char *p = a[0];
+    fill(p, 1 * MiB, 7);
+    sdm_free(a[1]);
+    char *q = sdm_realloc(p, 2 * MiB);      /* into a[1]'s pages */
+    cr_assert_eq(q, p, "grow moved %p -> %p", (void *)p, (void *)q);
+    cr_assert_geq(sdm_usable_size(q), 2 * MiB);
+    cr_assert_eq(check(q, 1 * MiB, 7), SIZE_MAX, "contents lost growing");
+    q = sdm_realloc(p, 100 * KiB);
+    cr_assert_eq(q, p, "shrink moved %p -> %p", (void *)p, (void *)q);
+    cr_assert_lt(sdm_usable_size(q), 200 * KiB);
+    cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX, "contents lost shrinking");
+    q = sdm_realloc(p, 2 * MiB);            /* its own tail is free again */
+    cr_assert_eq(q, p, "regrow moved %p -> %p", (void *)p, (void *)q);
+    cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX);
+    /* Blocked by a[2]: it moves, with the contents. */
+    q = sdm_realloc(p, 4 * MiB);
+    cr_assert_neq(q, p);
+    cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX, "contents lost moving");
+    /* Past the extent bound: a huge block, then mremap. */
+    q = sdm_realloc(q, 9 * MiB);
+    cr_assert_not_null(q);
+    cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX);
+    q = sdm_realloc(q, 20 * MiB);
+    cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX);
+    sdm_free(q);
+    sdm_free(a[2]);
+}
+
+Test(unit, large_alignments_come_from_extents)
+{
+    struct large_stats st0, st1;
+    void *p[16];
+    unsigned k = 0;
+    large_get_stats(&st0);
+    for (size_t align = 8 * KiB; align <= 2 * MiB; align *= 2) {
+        size_t n = 40 * KiB + align / 3;
+        p[k] = sdm_memalign(align, n);
+        cr_assert_not_null(p[k]);
+        cr_assert(aligned(p[k], align), "memalign(%zu) = %p", align, p[k]);
+        cr_assert_geq(sdm_usable_size(p[k]), n);
+        fill(p[k], n, (unsigned)k);
+        k++;
+    }
+    large_get_stats(&st1);
+    cr_assert_eq(st1.extent_blocks - st0.extent_blocks, k, "aligned blocks in extents");
+    cr_assert_eq(st1.huge_blocks, st0.huge_blocks, "an aligned block became huge");
+    /* Beyond LARGE_ALIGN_MAX: a huge block, still aligned. */
+    void *h = sdm_memalign(8 * MiB, 100 * KiB);
+    cr_assert(h && aligned(h, 8 * MiB));
+    sdm_free(h);
+    for (unsigned i = 0; i < k; i++) {
+        cr_assert_eq(check(p[i], 40 * KiB, i), SIZE_MAX);
+        sdm_free(p[i]);
+    }
+}
+
+Test(unit, large_trim_purges_free_extents)
+{
+    enum { N = 64 };
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = sdm_malloc(1 * MiB);
+        cr_assert_not_null(p[i]);
+        memset(p[i], 0x5a, 1 * MiB);
+    }
+    size_t full = rss_kb();
+    for (int i = 0; i < N; i++)
+        sdm_free(p[i]);
+    struct large_stats st;
+    large_get_stats(&st);
+    size_t purged0 = st.purged_total;
+    cr_assert_eq(sdm_trim(), 1, "malloc_trim released nothing");
+    large_get_stats(&st);
+    cr_assert_eq(st.dirty_bytes, 0, "%zu dirty bytes after trim", st.dirty_bytes);
+    cr_assert_eq(st.cached_bytes, 0, "%zu stashed bytes after trim", st.cached_bytes);
+    cr_assert_eq(st.extent_blocks, 0);
+    cr_assert_geq(st.purged_total - purged0, 1 * MiB);
+    size_t after = rss_kb();
+    cr_assert_lt(after + 48 * 1024, full, "RSS %zu kB with 64 MiB live, %zu kB after trim",
+                 full, after);
+    /* Purged extents read back zero: calloc needs no memset, malloc is reused. */
+    char *c = sdm_calloc(1, 1 * MiB);
+    cr_assert_not_null(c);
+    for (size_t i = 0; i < 1 * MiB; i += 512)
+        cr_assert_eq(c[i], 0, "calloc byte %zu", i);
+    sdm_free(c);
+}
+
+Test(unit, large_stats_fields)
+{
+    void *a = sdm_malloc(100 * KiB), *b = sdm_malloc(2 * MiB), *h = sdm_malloc(6 * MiB);
+    cr_assert(a && b && h);
+    struct large_stats st;
+    large_get_stats(&st);
+    cr_assert_geq(st.extent_blocks, 2);
+    cr_assert_geq(st.extent_bytes, 2 * MiB + 100 * KiB);
+    cr_assert_eq(st.huge_blocks, 1);
+    cr_assert_geq(st.chunks, 1);
+    cr_assert_eq(st.mappings, st.chunks + st.huge_blocks + st.huge_cached_maps);
+    sdm_free(a);                            /* stashed */
+    sdm_free(b);                            /* dirty */
+    large_get_stats(&st);
+    cr_assert_geq(st.cached_blocks, 1);
+    cr_assert_geq(st.dirty_bytes, 2 * MiB);
+    char buf[8192];
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(sd_stats_print(fds[1]), 0);
+    close(fds[1]);
+    ssize_t n = read(fds[0], buf, sizeof buf - 1);
+    close(fds[0]);
+    cr_assert_gt(n, 0);
+    buf[n] = '\0';
+    const char *l = strstr(buf, "Extents: ");
+    cr_assert_not_null(l, "no Extents line:\n%s", buf);
+    cr_assert_not_null(strstr(l, " in use ("));
+    cr_assert_not_null(strstr(l, " stashed ("));
+    cr_assert_not_null(strstr(l, " purged ("));
+    cr_assert_not_null(strstr(l, "mappings: "));
+    sdm_free(h);
 }

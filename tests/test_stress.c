@@ -197,16 +197,17 @@ static void free_block(void *p)
     S_FREE(p);
 }
 
-/* Realloc a block, keeping its cookie valid (the cookie is re-stamped for
- * the new address and size after the old contents were checked). */
-static void *realloc_block(uint64_t *rs, void *p)
+/* Realloc a block to newsize(rs, its size), keeping its cookie valid (the
+ * cookie is re-stamped for the new address and size after the old
+ * contents were checked). */
+static void *resize_block(uint64_t *rs, void *p, size_t (*newsize)(uint64_t *, size_t))
 {
     if (!verify(p, (uintptr_t)p)) {
         __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
         return p;
     }
     size_t old = ((struct hdr *)p)->size;
-    size_t n = pick_size(rs);
+    size_t n = newsize(rs, old);
     uint8_t first[EDGE];
     size_t keep = old < n ? old : n;
     if (keep > EDGE)
@@ -221,6 +222,17 @@ static void *realloc_block(uint64_t *rs, void *p)
         __atomic_fetch_add(&bad_cookies, 1, __ATOMIC_RELAXED);
     stamp(q, n);
     return q;
+}
+
+static size_t any_size(uint64_t *rs, size_t old)
+{
+    (void)old;
+    return pick_size(rs);
+}
+
+static void *realloc_block(uint64_t *rs, void *p)
+{
+    return resize_block(rs, p, any_size);
 }
 
 /* ---- lock-protected queues ---------------------------------------------- */
@@ -275,6 +287,11 @@ struct worker {
     int id;
     long iters;
     long allocated, freed;
+    /* cross_worker: the sizes, the realloc, blocks kept (<= 256);
+     * NULL, NULL, 0: pick_size, realloc_block, 256 */
+    size_t (*pick)(uint64_t *rs);
+    void *(*resize)(uint64_t *rs, void *p);
+    unsigned local;
 };
 
 static void *cross_worker(void *arg)
@@ -283,11 +300,14 @@ static void *cross_worker(void *arg)
     uint64_t rs = mix(0x1234u + (uint64_t)w->id) | 1;
     enum { LOCAL = 256 };
     void *local[LOCAL] = { 0 };
+    size_t (*pick)(uint64_t *) = w->pick ? w->pick : pick_size;
+    void *(*resize)(uint64_t *, void *) = w->resize ? w->resize : realloc_block;
+    unsigned nlocal = w->local ? w->local : LOCAL;
     pthread_barrier_wait(&start_barrier);
     for (long i = 0; i < w->iters; i++) {
         uint64_t r = rnd(&rs);
         /* allocate, then keep it or send it to another thread */
-        void *p = alloc_block(&rs, pick_size(&rs));
+        void *p = alloc_block(&rs, pick(&rs));
         if (!p) {
             __atomic_fetch_add(&null_allocs, 1, __ATOMIC_RELAXED);
             continue;
@@ -300,7 +320,7 @@ static void *cross_worker(void *arg)
                 w->freed++;
             }
         } else {
-            unsigned k = (unsigned)((r >> 16) % LOCAL);
+            unsigned k = (unsigned)((r >> 16) % nlocal);
             if (local[k]) {
                 free_block(local[k]);
                 w->freed++;
@@ -313,7 +333,7 @@ static void *cross_worker(void *arg)
             if (!q)
                 break;
             if ((rnd(&rs) & 15) == 0)
-                q = realloc_block(&rs, q);
+                q = resize(&rs, q);
             free_block(q);
             w->freed++;
         }
@@ -326,14 +346,17 @@ static void *cross_worker(void *arg)
     return NULL;
 }
 
-Test(stress, cross_thread_frees, .timeout = 120)
+/* NTHREADS cross_workers of `iters` steps each; every block is checked. */
+static void run_cross(long iters, size_t (*pick)(uint64_t *),
+                      void *(*resize)(uint64_t *, void *), unsigned local)
 {
     queues_init();
     bad_cookies = null_allocs = 0;
     struct worker w[NTHREADS];
     pthread_barrier_init(&start_barrier, NULL, NTHREADS);
     for (int i = 0; i < NTHREADS; i++) {
-        w[i] = (struct worker){ .id = i, .iters = 150000 / SCALE };
+        w[i] = (struct worker){ .id = i, .iters = iters, .pick = pick, .resize = resize,
+                                .local = local };
         cr_assert_eq(pthread_create(&w[i].tid, NULL, cross_worker, &w[i]), 0);
     }
     long allocated = 0, freed = 0;
@@ -352,6 +375,39 @@ Test(stress, cross_thread_frees, .timeout = 120)
     cr_assert_eq(null_allocs, 0, "%lu allocations returned NULL", null_allocs);
     cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
     cr_assert_eq(allocated, freed, "allocated %ld, freed %ld", allocated, freed);
+}
+
+Test(stress, cross_thread_frees, .timeout = 120)
+{
+    run_cross(150000 / SCALE, NULL, NULL, 0);
+}
+
+/* Large blocks (extents, issue 12) between threads: 33 KiB..3 MiB and a
+ * few huge ones, half sent to another thread to free, some realloc'd
+ * (grown or shrunk, in place or not) by the thread that frees them. */
+static size_t pick_large(uint64_t *rs)
+{
+    uint64_t r = rnd(rs);
+    if (r % 64 == 0)
+        return (5u << 20) + (r >> 8) % (3u << 20);     /* huge */
+    size_t base = (33u << 10) << (r % 6);              /* 33 KiB .. 1 MiB */
+    return base + (r >> 8) % (2 * base);
+}
+
+/* Half the time 1.5x (in place when the next extent is free), else any. */
+static size_t large_size(uint64_t *rs, size_t old)
+{
+    return (rnd(rs) & 1) ? old + old / 2 : pick_large(rs);
+}
+
+static void *large_realloc_block(uint64_t *rs, void *p)
+{
+    return resize_block(rs, p, large_size);
+}
+
+Test(stress, large_blocks_cross_thread, .timeout = 180)
+{
+    run_cross(8000 / SCALE, pick_large, large_realloc_block, 32);
 }
 
 /* Producer/consumer pairs: every block is freed by a thread that did not
