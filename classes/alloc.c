@@ -273,6 +273,40 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
     return p;
 }
 
+void *cache_alloc_thread(struct sd_cache *c, struct tbin *b, unsigned fpo)
+{
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    void *p = b->free;
+    if (likely(p)) {
+        b->free = *(void **)((char *)p + fpo);
+        b->nfree--;
+    } else {
+        p = cache_alloc_slow(c, b);
+    }
+    tcache_leave(t);
+    return p;
+}
+
+void cache_free_thread(struct slab *s, void *p, const char *call)
+{
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token) &&
+        likely(slab_contains(s, p))) {
+        /* Our active slab or one on our ring: its local list, which the
+         * allocation path takes over when the private list runs dry. */
+        if (unlikely(p == s->local_free))
+            report_double_free(call, p, s->cache);
+        *slab_fp(s, p) = s->local_free;
+        s->local_free = p;
+        s->nlocal++;
+    } else {
+        cache_free_slow(s, p, call);
+    }
+    tcache_leave(t);
+}
+
 void cache_free_slow(struct slab *s, void *p, const char *call)
 {
     tcache_check_get(call);
