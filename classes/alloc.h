@@ -93,18 +93,17 @@ static inline void *pcpu_alloc(struct sd_cache *c, unsigned id, char *base)
 
 /* Per-thread mode's allocation (out of line, as cache_free_thread): pop
  * the thread's private freelist of b inside the gate (classes/tcache.h),
- * or refill.  fpo: the cache's free-pointer offset. */
-void *cache_alloc_thread(struct sd_cache *c, struct tbin *b, unsigned fpo)
+ * or refill. */
+void *cache_alloc_thread(struct sd_cache *c, struct tbin *b)
     __attribute__((noinline));
 
-/* fpo: the cache's free-pointer offset (a constant 0 for malloc). */
-static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b,
-                                     unsigned fpo)
+/* Allocate an object of c; b: this thread's bin of c (per-thread mode). */
+static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b)
 {
     char *base = sd_tc.pcpu;
     if (likely(base))
         return pcpu_alloc(c, c->id, base);
-    return cache_alloc_thread(c, b, fpo);
+    return cache_alloc_thread(c, b);
 }
 
 /* Per-thread mode's free (out of line, so that the per-CPU fast path

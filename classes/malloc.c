@@ -23,7 +23,7 @@ static inline void *malloc_small(size_t n)
     char *base = sd_tc.pcpu;
     if (likely(base))
         return pcpu_alloc(&sd_malloc_caches[cls], cls, base);
-    return cache_alloc_thread(&sd_malloc_caches[cls], &sd_tc.bins[cls], 0);
+    return cache_alloc_thread(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
 }
 
 static __attribute__((noinline)) void *malloc_large(size_t n, size_t align, int zero)
@@ -150,7 +150,7 @@ void *sdm_memalign(size_t align, size_t n)
     if (n <= SD_MAX_SMALL) {
         int cls = sizeclass_aligned(n < align ? align : n, align);
         if (cls >= 0)
-            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls], 0);
+            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
         /* no class of that alignment: a large block */
     }
     return malloc_large(n, align, 0);
