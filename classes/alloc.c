@@ -54,7 +54,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
             if (!c->is_malloc)
                 b = tcache_ubin(c->id);
             if (b && b->free)
-                return cache_alloc_fast(c, b, c->fp_off);
+                return cache_alloc_fast(c, b);
         }
         if (t->state != TC_LIVE || !b)
             return cache_alloc_direct(c, NULL, 0);
@@ -81,7 +81,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         b->nfree = s->nlocal;
         s->local_free = NULL;
         s->nlocal = 0;
-        return cache_alloc_fast(c, b, c->fp_off);
+        return cache_alloc_fast(c, b);
     }
     if (best) {
         list_del(&best->link);              /* off the ring first: the */
@@ -101,7 +101,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         slab_set_state(best, SLAB_ACTIVE);
         b->slab = best;
         sd_spin_unlock(&best->lock);
-        return cache_alloc_fast(c, b, c->fp_off);
+        return cache_alloc_fast(c, b);
     }
     if (s) {
         sd_spin_lock(&s->lock);
@@ -111,7 +111,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
             s->freelist = NULL;
             s->inuse = s->capacity;
             sd_spin_unlock(&s->lock);
-            return cache_alloc_fast(c, b, c->fp_off);
+            return cache_alloc_fast(c, b);
         }
         /* Full: keep owning it on the ring, so that this thread's frees
          * into it stay lock-free. */
@@ -142,7 +142,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         slab_set_state(o, SLAB_ACTIVE);
         b->slab = o;
         sd_spin_unlock(&o->lock);
-        return cache_alloc_fast(c, b, c->fp_off);
+        return cache_alloc_fast(c, b);
     }
     s = cache_partial_take(c);
     if (!s) {
@@ -154,7 +154,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         sd_spin_lock(&s->lock);
     }
     activate_unlock(b, s);
-    return cache_alloc_fast(c, b, c->fp_off);
+    return cache_alloc_fast(c, b);
 }
 
 static void *partial_pop_locked(struct sd_cache *c, struct slab *s);
@@ -222,7 +222,7 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
 static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
 {
     void *p = s->freelist;
-    s->freelist = *slab_fp(s, p);
+    s->freelist = slab_get_next(s, p);
     if (++s->inuse == s->capacity) {
         list_del(&s->link);
         cnt_add(&c->nr_partial, -1);
@@ -273,6 +273,42 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
     return p;
 }
 
+void *cache_alloc_thread(struct sd_cache *c, struct tbin *b)
+{
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    void *p = b->free;
+    if (likely(p)) {
+        /* The private list is of the active slab (b->slab): its free
+         * pointers are checked against it (core/slab.h). */
+        b->free = slab_get_next(b->slab, p);
+        b->nfree--;
+    } else {
+        p = cache_alloc_slow(c, b);
+    }
+    tcache_leave(t);
+    return p;
+}
+
+void cache_free_thread(struct slab *s, void *p, const char *call)
+{
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token) &&
+        likely(slab_contains(s, p))) {
+        /* Our active slab or one on our ring: its local list, which the
+         * allocation path takes over when the private list runs dry. */
+        if (unlikely(p == s->local_free))
+            report_double_free(call, p, s->cache);
+        slab_set_next(s, p, s->local_free);
+        s->local_free = p;
+        s->nlocal++;
+    } else {
+        cache_free_slow(s, p, call);
+    }
+    tcache_leave(t);
+}
+
 void cache_free_slow(struct slab *s, void *p, const char *call)
 {
     tcache_check_get(call);
@@ -306,7 +342,7 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
         cache_free_fast(s, p, call);
         return;
     }
-    *slab_fp(s, p) = s->freelist;
+    slab_set_next(s, p, s->freelist);
     __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);   /* the owner peeks */
     s->inuse--;
     int went_empty = state == SLAB_PARTIAL && !s->inuse;
@@ -344,7 +380,7 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
     unsigned k = 0;
     while (k < n && s->freelist) {
         void *p = s->freelist;
-        s->freelist = *slab_fp(s, p);
+        s->freelist = slab_get_next(s, p);
         out[k++] = p;
     }
     s->inuse += k;
@@ -417,7 +453,7 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
                 sd_spin_unlock(&s->lock);
                 report_double_free(call, p, c);
             }
-            *slab_fp(s, p) = s->freelist;
+            slab_set_next(s, p, s->freelist);
             __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
             s->inuse--;
             if (++i == n)

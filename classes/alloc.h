@@ -91,25 +91,26 @@ static inline void *pcpu_alloc(struct sd_cache *c, unsigned id, char *base)
 #endif
 }
 
-/* fpo: the cache's free-pointer offset (a constant 0 for malloc). */
-static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b,
-                                     unsigned fpo)
+/* Per-thread mode's allocation (out of line, as cache_free_thread): pop
+ * the thread's private freelist of b inside the gate (classes/tcache.h),
+ * or refill. */
+void *cache_alloc_thread(struct sd_cache *c, struct tbin *b)
+    __attribute__((noinline));
+
+/* Allocate an object of c; b: this thread's bin of c (per-thread mode). */
+static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b)
 {
-    struct tcache *t = &sd_tc;
-    char *base = t->pcpu;
+    char *base = sd_tc.pcpu;
     if (likely(base))
         return pcpu_alloc(c, c->id, base);
-    tcache_enter(t);
-    void *p = b->free;
-    if (likely(p)) {
-        b->free = *(void **)((char *)p + fpo);
-        b->nfree--;
-    } else {
-        p = cache_alloc_slow(c, b);
-    }
-    tcache_leave(t);
-    return p;
+    return cache_alloc_thread(c, b);
 }
+
+/* Per-thread mode's free (out of line, so that the per-CPU fast path
+ * keeps few registers live): a slab this thread owns takes it on its local
+ * list, with no lock; anything else goes to cache_free_slow(). */
+void cache_free_thread(struct slab *s, void *p, const char *call)
+    __attribute__((noinline));
 
 /* Free an object of slab s (found from p); call names the entry point. */
 static inline void cache_free_fast(struct slab *s, void *p, const char *call)
@@ -130,21 +131,7 @@ static inline void cache_free_fast(struct slab *s, void *p, const char *call)
         return;
     }
 #endif
-    struct tcache *t = &sd_tc;
-    tcache_enter(t);
-    if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token) &&
-        likely(slab_contains(s, p))) {
-        /* Our active slab or one on our ring: its local list, which the
-         * allocation path takes over when the private list runs dry. */
-        if (unlikely(p == s->local_free))
-            report_double_free(call, p, s->cache);
-        *slab_fp(s, p) = s->local_free;
-        s->local_free = p;
-        s->nlocal++;
-    } else {
-        cache_free_slow(s, p, call);
-    }
-    tcache_leave(t);
+    cache_free_thread(s, p, call);
 }
 
 #endif

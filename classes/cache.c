@@ -159,6 +159,12 @@ static void cache_setup(struct sd_cache *c, uint16_t id, const char *name,
         debug_geometry(c);      /* red zone, free pointer, tracks: debug.h */
 }
 
+static const char *slab_name(const struct slab *s)
+{
+    const struct sd_cache *c = __atomic_load_n(&s->cache, __ATOMIC_RELAXED);
+    return c ? c->name : "?";
+}
+
 void cache_init(void)
 {
     static int done;
@@ -170,6 +176,8 @@ void cache_init(void)
     sd_mutex_lock(&sd_caches_lock);
     if (!done) {
         options_init();
+        slab_harden_init(sd_opt.harden);    /* before the first slab */
+        slab_cache_name = slab_name;
         pcpu_init();                /* per-CPU or per-thread, once */
         mesh_init();                /* before the first segment */
         for (unsigned i = 0; i < SD_NCLASSES; i++) {

@@ -485,7 +485,7 @@ void debug_free(struct sd_cache *c, struct slab *s, void *ptr, const char *call)
     if (poisons(c))
         poison(c, p);
     *state_word(c, p) = DEBUG_FREE;
-    *slab_fp(s, p) = s->freelist;
+    slab_set_next(s, p, s->freelist);
     s->freelist = p;
     s->inuse--;
     int release = cache_slab_freed_locked(c, s);

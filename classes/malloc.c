@@ -14,11 +14,6 @@
 
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
-static __attribute__((noinline)) void *malloc_slow(unsigned cls)
-{
-    return cache_alloc_slow(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
-}
-
 /* The fast path: a table or bit lookup for the class, then pop this
  * CPU's stack (or, per thread, the thread's private freelist, inside the
  * gate of classes/tcache.h); one unlikely branch to a slow path. */
@@ -28,18 +23,7 @@ static inline void *malloc_small(size_t n)
     char *base = sd_tc.pcpu;
     if (likely(base))
         return pcpu_alloc(&sd_malloc_caches[cls], cls, base);
-    struct tcache *t = &sd_tc;
-    tcache_enter(t);
-    struct tbin *b = &t->bins[cls];
-    void *p = b->free;
-    if (likely(p)) {
-        b->free = *(void **)p;
-        b->nfree--;
-    } else {
-        p = malloc_slow(cls);
-    }
-    tcache_leave(t);
-    return p;
+    return cache_alloc_thread(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
 }
 
 static __attribute__((noinline)) void *malloc_large(size_t n, size_t align, int zero)
@@ -166,7 +150,7 @@ void *sdm_memalign(size_t align, size_t n)
     if (n <= SD_MAX_SMALL) {
         int cls = sizeclass_aligned(n < align ? align : n, align);
         if (cls >= 0)
-            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls], 0);
+            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
         /* no class of that alignment: a large block */
     }
     return malloc_large(n, align, 0);

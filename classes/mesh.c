@@ -289,18 +289,16 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
     arena_purge(a->start, bytes);           /* a's own file pages */
 
     /* The host's freelist over the slots free in every member. */
-    void **prev = &b->freelist;
+    void *last = NULL;
     uint32_t nfree = 0;
     for (uint32_t i = 0; i < cap; i++) {
         ub[i >> 6] |= ua[i >> 6] & (1ULL << (i & 63));
         if (!(ub[i >> 6] >> (i & 63) & 1)) {
-            void *obj = slab_object(b, i);
-            *prev = obj;
-            prev = slab_fp(b, obj);
+            slab_link(b, &last, slab_object(b, i));
             nfree++;
         }
     }
-    *prev = NULL;
+    slab_link_end(b, last);
     b->inuse = cap - nfree;
     memcpy(bmap, ub, words * sizeof(uint64_t));
     a->inuse = 0;

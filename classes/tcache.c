@@ -176,9 +176,9 @@ static void list_splice_free(struct slab *s, void *head, uint32_t n)
     if (!head)
         return;
     void *tail = head;
-    while (*slab_fp(s, tail))
-        tail = *slab_fp(s, tail);
-    *slab_fp(s, tail) = s->freelist;
+    for (void *next; (next = slab_get_next(s, tail));)
+        tail = next;
+    slab_set_next(s, tail, s->freelist);
     s->freelist = head;
     s->inuse -= n;
 }

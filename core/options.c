@@ -28,6 +28,7 @@ struct sd_options sd_opt = {
     .percpu = 1,
     .percpu_kb = 2048,
     .thread_kb = 1024,
+    .harden = 1,
 };
 
 enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER };
@@ -51,6 +52,7 @@ static const struct option {
     { "CONTROL",           OPT_BOOL,  &sd_opt.control,            0, 1 },
     /* per-CPU caches on rseq (classes/pcpu.c); 0 forces per-thread ones */
     { "PERCPU",            OPT_BOOL,  &sd_opt.percpu,             0, 1 },
+    { "HARDEN",            OPT_BOOL,  &sd_opt.harden,             0, 1 },
     { "PERCPU_KB",         OPT_UINT,  &sd_opt.percpu_kb,          64, 65536 },
     { "THREAD_KB",         OPT_UINT,  &sd_opt.thread_kb,          64, 65536 },
     { "DEBUG",             OPT_DEBUG, &sd_opt.debug,              0, 0 },

@@ -41,6 +41,8 @@ struct sd_options {
     uint32_t percpu;               /* per-CPU caches where rseq allows (0:
                                       per-thread caches) */
     uint32_t percpu_kb;            /* per-CPU budget of the malloc classes */
+    uint32_t harden;               /* encode and check free pointers
+                                      (core/slab.h) */
     uint32_t thread_kb;            /* per-thread mode: a thread's ring slabs,
                                       all caches together */
     uint32_t mesh_barrier;         /* meshing: SD_BARRIER_* write barrier */

@@ -4,6 +4,41 @@
 #include "slab.h"
 
 #include <string.h>
+#include <sys/auxv.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "fmt.h"
+
+uintptr_t sd_fp_key, sd_fp_mask;
+const char *(*slab_cache_name)(const struct slab *s);
+
+void slab_harden_init(int on)
+{
+    if (!on || sd_fp_mask)
+        return;
+    uint64_t k = 0;
+    if (getrandom(&k, sizeof k, GRND_NONBLOCK) != (ssize_t)sizeof k) {
+        /* No getrandom (seccomp, old kernel): the kernel's AT_RANDOM bytes
+         * of this exec, mixed with the time and an address. */
+        const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        k = (r ? r[1] : 0) ^ (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^
+            (uint64_t)(uintptr_t)&k;
+    }
+    sd_fp_key = (uintptr_t)(k | 1);
+    sd_fp_mask = ~(uintptr_t)0;
+}
+
+void slab_fp_corrupt(const struct slab *s, const void *obj, const void *next)
+{
+    (void)next;     /* random when forged: the stored word says more */
+    sd_fatal("heap corruption: free object %p of cache %s (slab %p) holds %p "
+             "as its next pointer, which is not an object of its slab (a write "
+             "after free?)", obj, slab_cache_name ? slab_cache_name(s) : "?",
+             (void *)s->start, *slab_fp(s, (void *)obj));
+}
 
 /* splitmix64: the seed's stream of random words. */
 static uint64_t next_rand(uint64_t *x)
@@ -32,7 +67,7 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     s->divlim = UINT64_MAX / size;
     s->span = size * capacity;
     s->inuse = 0;
-    void **prev = &s->freelist;
+    void *last = NULL;
     if (shuffle) {
         /* Fisher-Yates over the indices; once per slab, never per object. */
         uint16_t order[SLAB_MAX_OBJECTS];
@@ -48,27 +83,25 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
             void *obj = slab_object(s, order[i]);
             if (ctor)
                 ctor(obj);
-            *prev = obj;
-            prev = slab_fp(s, obj);
+            slab_link(s, &last, obj);
         }
-        *prev = NULL;
+        slab_link_end(s, last);
         return;
     }
     for (uint32_t i = 0; i < capacity; i++) {
         void *obj = slab_object(s, i);
         if (ctor)
             ctor(obj);
-        *prev = obj;
-        prev = slab_fp(s, obj);
+        slab_link(s, &last, obj);
     }
-    *prev = NULL;
+    slab_link_end(s, last);
 }
 
 int slab_free_map(const struct slab *s, uint64_t *map)
 {
     memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));
     int n = 0;
-    for (void *p = s->freelist; p; p = *slab_fp(s, p)) {
+    for (void *p = s->freelist; p; p = slab_next_raw(s, p)) {
         if (!slab_contains(s, p))
             return -1;
         uint32_t i = slab_index(s, p);
@@ -97,12 +130,9 @@ void slab_resequence(struct slab *s)
     uint64_t map[SLAB_MAX_OBJECTS / 64];
     if (slab_free_map(s, map) < 0)
         return;                     /* leave a corrupt list for validation */
-    void **prev = &s->freelist;
+    void *last = NULL;
     for (uint32_t i = 0; i < s->capacity; i++)
-        if (map[i >> 6] >> (i & 63) & 1) {
-            void *obj = slab_object(s, i);
-            *prev = obj;
-            prev = slab_fp(s, obj);
-        }
-    *prev = NULL;
+        if (map[i >> 6] >> (i & 63) & 1)
+            slab_link(s, &last, slab_object(s, i));
+    slab_link_end(s, last);
 }

@@ -10,6 +10,46 @@
 
 #define SLAB_MAX_OBJECTS 4096
 
+/* ---------------------------------------------------------------------
+ * Hardened free pointers (SLABDEFRAG_HARDEN, on by default).  A free
+ * object stores the address of the next free object of its list at byte
+ * fpo, and a write after free can reach it.  So it is stored encoded, as
+ * SLUB's CONFIG_SLAB_FREELIST_HARDENED does:
+ *     stored = next ^ key ^ bswap(address of the stored word)
+ * with a per-process random key; and every pointer read back is checked
+ * to be NULL or an object of the same slab (inside it, on an object
+ * boundary) before it is used.  A forged or damaged pointer aborts with
+ * one line naming the object, its cache and its slab; it is never handed
+ * out.  With hardening off, mask is 0: the plain pointer, unchecked. */
+extern SD_HIDDEN uintptr_t sd_fp_key, sd_fp_mask;
+
+/* Choose the key (once, before the first slab is formatted). */
+void slab_harden_init(int on);
+/* Names the cache of a slab in the report (set by the layer above). */
+extern SD_HIDDEN const char *(*slab_cache_name)(const struct slab *s);
+void slab_fp_corrupt(const struct slab *s, const void *obj, const void *next)
+    __attribute__((noreturn, cold));
+
+static inline uintptr_t slab_fp_mix(void *const *fp)
+{
+    return (sd_fp_key ^ __builtin_bswap64((uint64_t)(uintptr_t)fp)) & sd_fp_mask;
+}
+
+/* The next pointer of free object p as stored, decoded but unchecked (for
+ * walkers that judge a list themselves: validation, slab_free_map). */
+static inline void *slab_next_raw(const struct slab *s, void *p)
+{
+    void **fp = slab_fp(s, p);
+    return (void *)((uintptr_t)*fp ^ slab_fp_mix(fp));
+}
+
+/* Set free object p's next pointer. */
+static inline void slab_set_next(const struct slab *s, void *p, void *next)
+{
+    void **fp = slab_fp(s, p);
+    *fp = (void *)((uintptr_t)next ^ slab_fp_mix(fp));
+}
+
 /* Carve s (start, kind set) into capacity objects of `size` bytes, all on
  * the freelist, free pointers at byte fpo of each; run ctor on each if
  * given.  The freelist is in address order, or, if shuffle is not 0, in a
@@ -34,6 +74,35 @@ static inline int slab_contains(const struct slab *s, const void *p)
     uint64_t q = off * s->inv;
     q = (q >> s->tz) | (q << ((64 - s->tz) & 63));
     return off < s->span && q <= s->divlim;
+}
+
+/* The next free object after free object p of s: NULL or an object of s,
+ * checked; a forged or damaged pointer is reported (slab_fp_corrupt). */
+static inline void *slab_get_next(const struct slab *s, void *p)
+{
+    void *next = slab_next_raw(s, p);
+    if (sd_fp_mask && next && unlikely(!slab_contains(s, next)))
+        slab_fp_corrupt(s, p, next);
+    return next;
+}
+
+/* Append obj to a freelist being built in order: *last is the previous
+ * object (NULL: obj becomes the head); slab_link_end closes the list. */
+static inline void slab_link(struct slab *s, void **last, void *obj)
+{
+    if (*last)
+        slab_set_next(s, *last, obj);
+    else
+        s->freelist = obj;
+    *last = obj;
+}
+
+static inline void slab_link_end(struct slab *s, void *last)
+{
+    if (last)
+        slab_set_next(s, last, NULL);
+    else
+        s->freelist = NULL;
 }
 
 #endif

@@ -104,7 +104,7 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
     if (likely(base))
         return pcpu_alloc(c, c->id, base);
     if (c->is_malloc)
-        return cache_alloc_fast(c, &sd_tc.bins[c->id], 0);
+        return cache_alloc_fast(c, &sd_tc.bins[c->id]);
     if (sd_pcpu_on && !sd_tc.in_get && pcpu_thread_init())
         return pcpu_alloc(c, c->id, sd_tc.pcpu);
     struct tbin *b = sd_tc.ubins ? &sd_tc.ubins[c->id - SD_NCLASSES] : NULL;
@@ -114,7 +114,7 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
         if (!b)
             return cache_alloc_direct(c, NULL, 0);
     }
-    return cache_alloc_fast(c, b, c->fp_off);
+    return cache_alloc_fast(c, b);
 }
 
 SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)

@@ -427,7 +427,8 @@ void shrinker_start(void)
 
 void shrinker_note_threads(unsigned live)
 {
-    if (live > 4 * os_ncpus() && tcache_reclaim_wanted())
+    if (live > 4 * os_ncpus() && !__atomic_load_n(&running, __ATOMIC_ACQUIRE) &&
+        tcache_reclaim_wanted())
         shrinker_start();
 }
 

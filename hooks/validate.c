@@ -144,7 +144,7 @@ static void check_slab(struct slab *s, void *arg)
     int list_ok = 1;
     char *end = s->start + (size_t)s->capacity * s->size;
     void *before = NULL;
-    for (char *p = s->freelist; p; before = p, p = *slab_fp(s, p)) {
+    for (char *p = s->freelist; p; before = p, p = slab_next_raw(s, p)) {
         if (p < s->start || p >= end) {
             if (before)
                 corrupt(v, name, s->start, "freelist pointer %p (stored in free "

@@ -951,6 +951,83 @@ static int t_hint(void)
     return 0;
 }
 
+/* ---- harden: a forged free pointer in a meshed slab ---- */
+
+static char harden_global[64];
+
+/* The free slot 7 (of 8 KiB) of an even block whose slab meshed with an
+ * odd block's: a word written in one reads back in the other. */
+static char *meshed_free_slot(void)
+{
+    for (unsigned i = 0; i < nkept; i++) {
+        uintptr_t e = (uintptr_t)kept[i] & ~(uintptr_t)8191;
+        if ((e / SLAB) & 1)
+            continue;
+        for (unsigned j = 0; j < nkept; j++) {
+            uintptr_t o = (uintptr_t)kept[j] & ~(uintptr_t)8191;
+            if (!((o / SLAB) & 1))
+                continue;
+            volatile uint64_t *we = (uint64_t *)(e + 7 * 1024 + 512);
+            volatile uint64_t *wo = (uint64_t *)(o + 7 * 1024 + 512);
+            uint64_t mark = 0x4d455348ull ^ ((uint64_t)i << 32) ^ j;
+            *we = mark;             /* inside a free object, past its pointer */
+            if (*wo == mark)
+                return (char *)e + 7 * 1024;
+        }
+    }
+    return NULL;
+}
+
+/* Meshing rebuilt the host's freelist (encoded).  A child writes a
+ * forged pointer over a free object's next pointer through one of the
+ * two addresses and allocates: it must die of SIGABRT with the
+ * heap-corruption line naming the stored word, never returning it. */
+static int t_harden(void)
+{
+    sparse_and_meshed(3);
+    char *victim = meshed_free_slot();
+    CHECK(victim, "no two meshed blocks found");
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        alarm(20);
+        *(void *volatile *)victim = harden_global;
+        for (int i = 0; i < 200000; i++)
+            if (malloc(OBJ) == (void *)harden_global)
+                _exit(3);
+        _exit(0);
+    }
+    close(fds[1]);
+    char err[4096];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof err - 1 && (n = read(fds[0], err + len, sizeof err - 1 - len)) > 0)
+        len += (size_t)n;
+    err[len] = 0;
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child status %#x; stderr: %s", st, err);
+    unsigned long long obj = 0, slab = 0, held = 0;
+    char name[64];
+    CHECK(sscanf(err, "slabdefrag: heap corruption: free object 0x%llx of cache %63s "
+                      "(slab 0x%llx) holds 0x%llx as its next pointer", &obj, name, &slab,
+                 &held) == 4, "report: %s", err);
+    CHECK(!strcmp(name, "malloc-1024"), "cache %s", name);
+    CHECK((uintptr_t)held == (uintptr_t)harden_global, "held %#llx, forged %p", held,
+          (void *)harden_global);
+    CHECK((obj & 8191) == ((uintptr_t)victim & 8191), "object %#llx, victim %p", obj,
+          (void *)victim);
+    printf("harden: forged pointer in meshed slot %p reported as object %#llx\n",
+           (void *)victim, obj);
+    free_kept();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *t = argc > 1 ? argv[1] : "";
@@ -965,7 +1042,8 @@ int main(int argc, char **argv)
     if (!strcmp(t, "hint")) return t_hint();
     if (!strcmp(t, "syscall")) return t_syscall();
     if (!strcmp(t, "kernel")) return t_kernel();
+    if (!strcmp(t, "harden")) return t_harden();
     fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler|small|pattern|"
-            "syscall|kernel\n");
+            "syscall|kernel|harden\n");
     return 2;
 }
