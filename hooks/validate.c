@@ -146,10 +146,10 @@ static void check_slab(struct slab *s, void *arg)
     void *before = NULL;
     for (char *p = s->freelist; p; before = p, p = slab_next_raw(s, p)) {
         if (p < s->start || p >= end) {
-            if (before)
+            if (before)         /* the word as stored, and what it decodes to */
                 corrupt(v, name, s->start, "freelist pointer %p (stored in free "
-                        "object %p, entry %u) points outside the slab", (void *)p,
-                        before, nfree);
+                        "object %p, entry %u; decodes to %p) points outside the slab",
+                        *slab_fp(s, before), before, nfree, (void *)p);
             else
                 corrupt(v, name, s->start, "freelist head %p points outside the "
                         "slab", (void *)p);
@@ -157,8 +157,9 @@ static void check_slab(struct slab *s, void *arg)
             break;
         }
         if (!slab_contains(s, p)) {
-            corrupt(v, name, s->start, "freelist pointer %p after %u entries is "
-                    "not on an object boundary", (void *)p, nfree);
+            corrupt(v, name, s->start, "freelist pointer %p after %u entries (stored "
+                    "as %p) is not on an object boundary", (void *)p, nfree,
+                    before ? *slab_fp(s, before) : (void *)p);
             list_ok = 0;
             break;
         }
