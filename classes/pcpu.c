@@ -115,10 +115,14 @@ void pcpu_init(void)
     ncpu = possible_cpus();
     if (!ncpu || ncpu > 4096 || !rseq_setup())
         return;
+    /* A guard page first: an overflow out of memory below never reaches
+     * the stacks of object pointers. */
     void *m;
-    if (os_map_sparse((size_t)ncpu << PCPU_REGION_SHIFT, &m))
+    if (os_map_sparse(SD_PAGE_SIZE + ((size_t)ncpu << PCPU_REGION_SHIFT), &m))
         return;
-    base = m;
+    if (os_guard(m, SD_PAGE_SIZE))
+        return;
+    base = (char *)m + SD_PAGE_SIZE;
     __atomic_store_n(&sd_pcpu_on, 1, __ATOMIC_RELEASE);
 }
 

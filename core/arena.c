@@ -570,8 +570,10 @@ void arena_fork_parent(void)
         close(fork_pipe[0]);
     }
     fork_pipe[0] = fork_pipe[1] = -1;
-    if (fork_protected)
+    if (fork_protected) {
         os_protect((void *)arena_base, arena_used(), 1);
+        segment_guard_all(1);           /* the fork handler holds the kind locks */
+    }
     __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&fork_active, 0, __ATOMIC_RELEASE);
     barrier_mine = 0;
@@ -599,6 +601,7 @@ static void fork_child_copy(void)
     int old = arena_fd;
     arena_fd = fd;
     segment_for_each_slab(realias_one, NULL, 1);
+    segment_guard_all(1);
     uffd_fork_child();                  /* the inherited one is the parent's */
     if (uffd_ready())
         uffd_register((void *)arena_base, used);   /* the new mappings */

@@ -63,7 +63,7 @@ static uint64_t decay_ns(void)
 
 static inline struct xchunk *chunk_of(const struct xpage *x)
 {
-    return (struct xchunk *)((uintptr_t)x & ~(XCHUNK_SIZE - 1));
+    return xchunk_at((uintptr_t)x & ~(XCHUNK_SIZE - 1));
 }
 
 static inline size_t page_index(const struct xpage *x)
@@ -347,7 +347,10 @@ static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
     free_unlink_locked(a, x, SET_PURGED);
     c->free_nodes = NULL;
     c->nodes_hwm = 0;
-    os_purge((char *)c + SD_PAGE_SIZE, (XCHUNK_HEADER_PAGES - 1) * SD_PAGE_SIZE);
+    /* All of the header but the guard and the page with the chunk's own
+     * fields. */
+    os_purge((char *)c + SD_PAGE_SIZE,
+             (XCHUNK_HEADER_PAGES - 1) * SD_PAGE_SIZE - XCHUNK_GUARD);
     free_insert_locked(a, x, n, SET_PURGED, 0);
 }
 
@@ -357,7 +360,11 @@ static int chunk_new_locked(struct xarena *a)
     void *m;
     if (os_map_aligned(XCHUNK_SIZE, XCHUNK_SIZE, &m))
         return ENOMEM;
-    struct xchunk *c = m;
+    if (os_guard(m, XCHUNK_GUARD)) {
+        os_unmap(m, XCHUNK_SIZE);
+        return ENOMEM;
+    }
+    struct xchunk *c = xchunk_at((uintptr_t)m);
     c->magic = XCHUNK_MAGIC;
     c->arena = (uint16_t)(a - arenas);
     c->next = a->chunks;

@@ -113,8 +113,17 @@ struct xchunk {
 };
 
 #define XCHUNK_MAGIC    0x5ddef7e1u
+/* The first page of a chunk is a guard page (PROT_NONE), and the header
+ * follows it: a linear overflow out of whatever lies below faults before
+ * it reaches the page tags (as segments, core/segment.h). */
+#define XCHUNK_GUARD    SD_PAGE_SIZE
 #define XCHUNK_HEADER_PAGES \
-    ((sizeof(struct xchunk) + SD_PAGE_SIZE - 1) / SD_PAGE_SIZE)    /* 289 */
+    ((XCHUNK_GUARD + sizeof(struct xchunk) + SD_PAGE_SIZE - 1) / SD_PAGE_SIZE)  /* 290 */
+
+static inline struct xchunk *xchunk_at(uintptr_t base)
+{
+    return (struct xchunk *)(base + XCHUNK_GUARD);
+}
 
 #define XCHUNK_MAP_WORDS ((1UL << (SD_VA_BITS - XCHUNK_SHIFT)) / 64)
 extern SD_HIDDEN uint64_t xchunk_map[XCHUNK_MAP_WORDS];
@@ -131,16 +140,16 @@ static inline struct xpage *extent_page_of(const void *p)
     uintptr_t i = a >> XCHUNK_SHIFT;
     if (!(__atomic_load_n(&xchunk_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
         return NULL;
-    struct xchunk *c = (struct xchunk *)(a & ~(XCHUNK_SIZE - 1));
+    struct xchunk *c = xchunk_at(a & ~(XCHUNK_SIZE - 1));
     return &c->pages[(a & (XCHUNK_SIZE - 1)) >> 12];
 }
 
 /* The address of the page an xpage describes. */
 static inline void *extent_addr(const struct xpage *x)
 {
-    uintptr_t c = (uintptr_t)x & ~(XCHUNK_SIZE - 1);
-    size_t i = (size_t)(x - ((const struct xchunk *)c)->pages);
-    return (void *)(c + i * SD_PAGE_SIZE);
+    uintptr_t base = (uintptr_t)x & ~(XCHUNK_SIZE - 1);
+    size_t i = (size_t)(x - xchunk_at(base)->pages);
+    return (void *)(base + i * SD_PAGE_SIZE);
 }
 
 /* Is p the start of a live (USED) extent?  Its first tag, else NULL. */

@@ -326,7 +326,7 @@ void large_get_stats(struct large_stats *out)
     out->purged_total = e.purged_total;
     out->chunks = e.chunks;
     out->chunk_bytes = e.chunks * XCHUNK_SIZE;
-    out->mappings = e.chunks + out->huge_blocks + hmaps;
+    out->mappings = 2 * e.chunks + out->huge_blocks + hmaps;   /* a chunk: guard + rest */
 }
 
 void large_lock_all(void)

@@ -69,6 +69,11 @@ int os_remap(void *old, size_t old_size, size_t new_size, void **out)
     return 0;
 }
 
+int os_guard(void *p, size_t size)
+{
+    return mprotect(p, size, PROT_NONE) ? errno : 0;
+}
+
 unsigned os_ncpus(void)
 {
     static unsigned n;

@@ -28,6 +28,8 @@ int os_purge(void *p, size_t size);
 /* Grow or shrink a mapping, possibly moving it.  0 or errno. */
 int os_remap(void *old, size_t old_size, size_t new_size, void **out);
 
+/* Make [p, p+size) inaccessible (PROT_NONE): a guard page.  0 or errno. */
+int os_guard(void *p, size_t size);
 /* CPUs online (at least 1; read once). */
 unsigned os_ncpus(void);
 /* membarrier(2) with command cmd (MEMBARRIER_CMD_*, no flags): its

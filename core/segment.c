@@ -39,10 +39,12 @@ static struct segment *segment_new(unsigned kind)
     if (arena_segment_map(&mem) &&      /* meshing: remappable memory */
         os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
         return NULL;
-    struct segment *seg = mem;
+    if (os_guard(mem, SEG_GUARD))
+        return NULL;                    /* out of mappings: ENOMEM */
+    struct segment *seg = segment_at((uintptr_t)mem);
     unsigned shift = seg_kind_shift(kind);
     unsigned nslots = (unsigned)(SD_SEGMENT_SIZE >> shift);
-    size_t hdr = sizeof(struct segment) + nslots * sizeof(struct slab);
+    size_t hdr = SEG_GUARD + sizeof(struct segment) + nslots * sizeof(struct slab);
     seg->magic = SEGMENT_MAGIC;
     seg->kind = (uint8_t)kind;
     seg->slot_shift = (uint8_t)shift;
@@ -103,7 +105,7 @@ struct slab *segment_slab_alloc(unsigned kind)
     memset((char *)s + sizeof s->lock, 0, sizeof *s - sizeof s->lock);
     s->fbin = SD_BIN_NONE;          /* no frees through per-CPU stacks yet */
     s->kind = (uint8_t)kind;
-    s->start = (char *)seg + ((size_t)i << seg->slot_shift);
+    s->start = (char *)seg - SEG_GUARD + ((size_t)i << seg->slot_shift);
     list_init(&s->link);
     sd_mutex_unlock(&k->lock);
     return s;
@@ -111,7 +113,7 @@ struct slab *segment_slab_alloc(unsigned kind)
 
 size_t segment_slab_free(struct slab *s)
 {
-    struct segment *seg = (struct segment *)((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
+    struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
     struct seg_kind *k = &kinds[seg->kind];
     size_t bytes = 1UL << seg->slot_shift;
     arena_purge(s->start, bytes);
@@ -144,6 +146,19 @@ void segment_for_each_slab(void (*fn)(struct slab *s, void *arg), void *arg,
                 if (seg->used[i >> 6] >> (i & 63) & 1)
                     fn(&seg->slabs[i], arg);
         }
+        if (!locked)
+            sd_mutex_unlock(&k->lock);
+    }
+}
+
+void segment_guard_all(int locked)
+{
+    for (unsigned kind = 0; kind < SEG_NKINDS; kind++) {
+        struct seg_kind *k = &kinds[kind];
+        if (!locked)
+            sd_mutex_lock(&k->lock);
+        for (struct sd_list *l = k->segs.next; l != &k->segs; l = l->next)
+            os_guard((char *)list_entry(l, struct segment, link) - SEG_GUARD, SEG_GUARD);
         if (!locked)
             sd_mutex_unlock(&k->lock);
     }

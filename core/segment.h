@@ -36,6 +36,22 @@ size_t segment_slab_free(struct slab *s);
 #define SEGMENT_MAP_WORDS ((1UL << (SD_VA_BITS - SD_SEGMENT_SHIFT)) / 64)
 extern SD_HIDDEN uint64_t segment_map[SEGMENT_MAP_WORDS];
 
+/* The first page of every segment is a guard page (PROT_NONE) and the
+ * header follows it: a linear overflow out of the last slab of the
+ * segment (or any mapping) below faults there before it reaches the slab
+ * descriptors.  Header slots have room to spare, so no slab is lost. */
+#define SEG_GUARD 4096UL                /* SD_PAGE_SIZE */
+
+static inline struct segment *segment_at(uintptr_t base)
+{
+    return (struct segment *)(base + SEG_GUARD);
+}
+
+/* Put the guard pages of every segment back (after the meshing arena was
+ * remapped or unprotected whole at fork); `locked`: the caller holds the
+ * kind locks. */
+void segment_guard_all(int locked);
+
 /* The segment holding p, or NULL if p is not in one of ours.  A bit set
  * (release) before any pointer into the segment is handed out. */
 static inline struct segment *segment_of(const void *p)
@@ -46,7 +62,7 @@ static inline struct segment *segment_of(const void *p)
     uintptr_t i = a >> SD_SEGMENT_SHIFT;
     if (!(__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
         return NULL;
-    return (struct segment *)(a & ~(SD_SEGMENT_SIZE - 1));
+    return segment_at(a & ~(SD_SEGMENT_SIZE - 1));
 }
 
 /* The slab descriptor of the slot holding p, in any state, or NULL if p is
@@ -60,8 +76,9 @@ static inline struct slab *segment_slab_of(const void *p)
     uintptr_t i = a >> SD_SEGMENT_SHIFT;
     if (!(__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
         return NULL;
-    struct segment *seg = (struct segment *)(a & ~(SD_SEGMENT_SIZE - 1));
-    return &seg->slabs[(a - (uintptr_t)seg) >> seg->slot_shift];
+    uintptr_t base = a & ~(SD_SEGMENT_SIZE - 1);
+    struct segment *seg = segment_at(base);
+    return &seg->slabs[(a - base) >> seg->slot_shift];
 }
 
 /* Iterate over every slab descriptor in use (for fork, stats, validation).

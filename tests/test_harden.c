@@ -260,3 +260,46 @@ Test(api, harden_remote_double_free)
     cr_assert_str_eq(line, want);
     free(p);
 }
+
+/* ---- guard pages before out-of-line metadata ---------------------------
+ * Slab descriptors live in the header of their 4 MiB segment, page tags
+ * of large blocks in the header of their 64 MiB chunk.  The first page of
+ * each is a guard: a linear overflow out of the memory below faults there
+ * (SIGSEGV) before it reaches a header.  The child writes to that page. */
+
+static void write_first_page(void *region_base)
+{
+    *(volatile char *)region_base = 1;
+}
+
+static void expect_sigsegv(const struct child *c)
+{
+    char d[96];
+    cr_assert(WIFSIGNALED(c->status) && WTERMSIG(c->status) == SIGSEGV,
+              "child %s, want SIGSEGV; stderr:\n%s", describe(c->status, d, sizeof d),
+              c->err);
+}
+
+Test(api, harden_segment_header_behind_guard_page)
+{
+    void *p = malloc_fn(OBJ);
+    cr_assert_not_null(p);
+    struct child c;
+    run_child(write_first_page, (void *)((uintptr_t)p & ~(uintptr_t)((4u << 20) - 1)), &c);
+    expect_sigsegv(&c);
+    /* Again: after a fork, which with meshing unprotects or remaps the
+     * whole arena, the parent's guard is back. */
+    run_child(write_first_page, (void *)((uintptr_t)p & ~(uintptr_t)((4u << 20) - 1)), &c);
+    expect_sigsegv(&c);
+    free_fn(p);
+}
+
+Test(api, harden_chunk_header_behind_guard_page)
+{
+    void *p = malloc_fn(40 << 10);      /* a large block: an extent of a chunk */
+    cr_assert_not_null(p);
+    struct child c;
+    run_child(write_first_page, (void *)((uintptr_t)p & ~(uintptr_t)((64u << 20) - 1)), &c);
+    expect_sigsegv(&c);
+    free_fn(p);
+}
