@@ -35,7 +35,7 @@
 #include "slab.h"
 #include "tcache.h"
 
-int cache_slab_freed_locked(struct sd_cache *c, struct slab *s);
+int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed);
 
 #define RZ_BYTES     16u          /* minimum red zone */
 #define RZ_BYTE      0xcc
@@ -488,7 +488,7 @@ void debug_free(struct sd_cache *c, struct slab *s, void *ptr, const char *call)
     *slab_fp(s, p) = s->freelist;
     s->freelist = p;
     s->inuse--;
-    int release = cache_slab_freed_locked(c, s);
+    int release = cache_slab_freed_locked(c, s, 1);
     sd_spin_unlock(&s->lock);
     if (release)
         cache_slab_release(c, s);

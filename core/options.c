@@ -27,6 +27,7 @@ struct sd_options sd_opt = {
     .mesh_shuffle = 1,
     .percpu = 1,
     .percpu_kb = 2048,
+    .page_purge = 1,
 };
 
 enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER };
@@ -51,6 +52,8 @@ static const struct option {
     /* per-CPU caches on rseq (classes/pcpu.c); 0 forces per-thread ones */
     { "PERCPU",            OPT_BOOL,  &sd_opt.percpu,             0, 1 },
     { "PERCPU_KB",         OPT_UINT,  &sd_opt.percpu_kb,          64, 65536 },
+    /* free pages inside sparse slabs of big classes (classes/cache.c) */
+    { "PAGE_PURGE",        OPT_BOOL,  &sd_opt.page_purge,         0, 1 },
     { "DEBUG",             OPT_DEBUG, &sd_opt.debug,              0, 0 },
     /* meshing (classes/mesh.c): off by default, a fork copies the heap */
     { "MESH",              OPT_BOOL,  &sd_opt.mesh,               0, 1 },

@@ -42,6 +42,8 @@ struct sd_options {
                                       per-thread caches) */
     uint32_t percpu_kb;            /* per-CPU budget of the malloc classes */
     uint32_t mesh_barrier;         /* meshing: SD_BARRIER_* write barrier */
+    uint32_t page_purge;           /* give back free pages of sparse slabs
+                                      of big malloc classes */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
 

@@ -64,6 +64,16 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     *prev = NULL;
 }
 
+/* Does object i overlap a page of `pages`? */
+static int object_on_pages(const struct slab *s, uint32_t i, uint64_t pages)
+{
+    size_t off = (size_t)i * s->size;
+    unsigned first = (unsigned)(off >> SLAB_PAGE_SHIFT);
+    unsigned last = (unsigned)((off + s->size - 1) >> SLAB_PAGE_SHIFT);
+    uint64_t span = (last - first >= 63 ? ~0ULL : (2ULL << (last - first)) - 1) << first;
+    return (pages & span) != 0;
+}
+
 int slab_free_map(const struct slab *s, uint64_t *map)
 {
     memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));
@@ -77,6 +87,81 @@ int slab_free_map(const struct slab *s, uint64_t *map)
         map[i >> 6] |= 1ULL << (i & 63);
         n++;
     }
+    uint64_t purged = slab_purged(s);
+    if (purged)
+        for (uint32_t i = 0; i < s->capacity; i++)
+            if (object_on_pages(s, i, purged)) {
+                if (map[i >> 6] >> (i & 63) & 1)
+                    return -1;      /* on the freelist and purged */
+                map[i >> 6] |= 1ULL << (i & 63);
+                n++;
+            }
+    return n;
+}
+
+uint64_t slab_free_pages(const struct slab *s, const uint64_t *map)
+{
+    unsigned npages = (unsigned)((s->span + (1u << SLAB_PAGE_SHIFT) - 1) >> SLAB_PAGE_SHIFT);
+    uint64_t covered = npages >= 64 ? ~0ULL : (1ULL << npages) - 1, busy = 0;
+    for (uint32_t i = 0; i < s->capacity; i++)
+        if (!(map[i >> 6] >> (i & 63) & 1)) {
+            size_t off = (size_t)i * s->size;
+            unsigned first = (unsigned)(off >> SLAB_PAGE_SHIFT);
+            unsigned last = (unsigned)((off + s->size - 1) >> SLAB_PAGE_SHIFT);
+            busy |= (last - first >= 63 ? ~0ULL : (2ULL << (last - first)) - 1) << first;
+        }
+    return covered & ~busy;
+}
+
+uint32_t slab_unlink_pages(struct slab *s, uint64_t pages)
+{
+    uint32_t keep = 0, drop = 0;
+    for (void *p = s->freelist; p; p = *slab_fp(s, p)) {
+        if (object_on_pages(s, slab_index(s, p), pages))
+            drop++;
+        else
+            keep++;
+    }
+    if (!keep || !drop)
+        return 0;
+    void **prev = &s->freelist;
+    for (void *p = s->freelist; p; p = *slab_fp(s, p))
+        if (!object_on_pages(s, slab_index(s, p), pages)) {
+            *prev = p;
+            prev = slab_fp(s, p);
+        }
+    *prev = NULL;
+    return drop;
+}
+
+uint32_t slab_purged_objects(const struct slab *s)
+{
+    uint32_t n = 0;
+    uint64_t purged = slab_purged(s);
+    if (purged)
+        for (uint32_t i = 0; i < s->capacity; i++)
+            n += (uint32_t)object_on_pages(s, i, purged);
+    return n;
+}
+
+uint32_t slab_unpurge(struct slab *s)
+{
+    uint64_t pages = slab_purged(s);
+    if (!pages)
+        return 0;
+    /* Ascending, ahead of the list: the objects come back in address
+     * order, as a resequenced freelist hands them out. */
+    void *head = s->freelist, **prev = &s->freelist;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->capacity; i++)
+        if (object_on_pages(s, i, pages)) {
+            void *obj = slab_object(s, i);
+            *prev = obj;
+            prev = slab_fp(s, obj);
+            n++;
+        }
+    *prev = head;
+    s->purged = 0;
     return n;
 }
 
@@ -97,9 +182,10 @@ void slab_resequence(struct slab *s)
     uint64_t map[SLAB_MAX_OBJECTS / 64];
     if (slab_free_map(s, map) < 0)
         return;                     /* leave a corrupt list for validation */
+    uint64_t purged = slab_purged(s);
     void **prev = &s->freelist;
     for (uint32_t i = 0; i < s->capacity; i++)
-        if (map[i >> 6] >> (i & 63) & 1) {
+        if (map[i >> 6] >> (i & 63) & 1 && !(purged && object_on_pages(s, i, purged))) {
             void *obj = slab_object(s, i);
             *prev = obj;
             prev = slab_fp(s, obj);
