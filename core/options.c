@@ -49,6 +49,8 @@ static const struct option {
     { "PSI",               OPT_BOOL,  &sd_opt.psi,                0, 1 },
     { "STATS",             OPT_STATS, &sd_opt.stats,              0, 2 },
     { "CONTROL",           OPT_BOOL,  &sd_opt.control,            0, 1 },
+    /* a line on stderr per background pass that released memory */
+    { "PASS_EVENTS",       OPT_BOOL,  &sd_opt.pass_events,        0, 1 },
     /* per-CPU caches on rseq (classes/pcpu.c); 0 forces per-thread ones */
     { "PERCPU",            OPT_BOOL,  &sd_opt.percpu,             0, 1 },
     { "PERCPU_KB",         OPT_UINT,  &sd_opt.percpu_kb,          64, 65536 },

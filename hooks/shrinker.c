@@ -158,7 +158,11 @@ static size_t pass(int urgent)
     if (mesh_enabled())
         bytes += mesh_pass(os_now_ns() + (uint64_t)sd_opt.pass_budget_ms * 1000000ull,
                            &mesh_more, urgent);
-    uint64_t dt = os_now_ns() - t0;
+    uint64_t now = os_now_ns(), dt = now - t0;
+    if (sd_opt.pass_events && bytes)    /* scripts/compare marks it on its plots */
+        sd_dprintf(2, "event=shrink_pass mono=%lu.%09lu bytes=%zu\n",
+                   (unsigned long)(now / 1000000000ull),
+                   (unsigned long)(now % 1000000000ull), bytes);
     __atomic_fetch_add(&stats.passes, 1, __ATOMIC_RELAXED);
     stat_max(&stats.longest_pass_ns, dt);
     shrinker_note_pass(bytes);
