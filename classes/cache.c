@@ -427,6 +427,21 @@ uint32_t cache_slab_unpurge_locked(struct sd_cache *c, struct slab *s)
     return slab_unpurge(s);
 }
 
+/* A slab of c turned sparse.  With meshing, a burst of them (a program
+ * freed much of its heap) wakes the shrinker for a mesh pass at once
+ * instead of at its next interval: one eventfd write per
+ * MESH_NUDGE_SPARSE sparse slabs, whoever frees. */
+#define MESH_NUDGE_SPARSE 64
+void (*cache_sparse_nudge)(void);
+
+static void cache_note_sparse(struct sd_cache *c)
+{
+    unsigned long n = __atomic_add_fetch(&c->stat[SD_STAT_SLAB_SPARSE], 1, __ATOMIC_RELAXED);
+    void (*nudge)(void) = __atomic_load_n(&cache_sparse_nudge, __ATOMIC_ACQUIRE);
+    if (nudge && n % MESH_NUDGE_SPARSE == 0 && c->is_malloc && mesh_enabled())
+        nudge();
+}
+
 /* The free path's list moves, called with the slab locked after `freed`
  * objects went onto its freelist.  Returns 1 if the caller must release
  * it.  A partial slab that these frees made sparse (at most a quarter in
@@ -447,6 +462,7 @@ int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
             list_del(&s->link);
             list_add_tail(&c->partial, &s->link);
             sd_mutex_unlock(&c->list_lock);
+            cache_note_sparse(c);
         }
         if (c->page_purge)
             slab_purge_pages_locked(c, s);
