@@ -450,8 +450,18 @@ static void cache_note_sparse(struct sd_cache *c)
 int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
 {
     SD_ASSERT(sd_spin_held(&s->lock));
-    if (s->state == SLAB_FULL)
-        return cache_slab_settle_locked(c, s, 0);
+    if (s->state == SLAB_FULL) {
+        /* One batch can take a slab from full to sparse (a per-CPU drain
+         * returns a run of its objects at once). */
+        int sparse = s->inuse && s->inuse * 4 <= s->capacity;
+        int release = cache_slab_settle_locked(c, s, sparse);
+        if (sparse && !release && s->state == SLAB_PARTIAL) {
+            cache_note_sparse(c);
+            if (c->page_purge)
+                slab_purge_pages_locked(c, s);
+        }
+        return release;
+    }
     if (s->state != SLAB_PARTIAL)
         return 0;
     if (s->inuse) {
