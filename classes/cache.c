@@ -19,9 +19,14 @@
  *                              drain returns objects under the locks
  *                              below; nothing takes pcpu_lock while
  *                              holding another allocator lock.
- *   1. slab->lock (sd_spin)    a slab's shared freelist, inuse, state and
- *                              owner.  Held for a few instructions; across
- *                              a get() callback only while vacating.
+ *   1. slab->lock (sd_spin)    a slab's shared freelist, inuse, state,
+ *                              owner and purged pages.  Held for a few
+ *                              instructions; across a get() callback only
+ *                              while vacating; across the madvise of a
+ *                              sparse slab's free pages (and, with
+ *                              meshing, one eventfd write to nudge the
+ *                              shrinker) on the free path, see "Pages of
+ *                              sparse slabs" below.
  *   2. cache->list_lock        the cache's partial and empty lists.  Taken
  *                              inside a slab lock when a free moves a slab
  *                              between lists.  While holding it, slab locks
@@ -72,7 +77,10 @@
  *   OWNED      owner's ring thread  none until it is ACTIVE again; the
  *                                   owner frees into local_free, lock-free
  *                                   (SLUB's per-cpu partial slabs)
- *   PARTIAL    partial      0       refill takes it (becomes ACTIVE)
+ *   PARTIAL    partial      0       refill takes it (becomes ACTIVE); a
+ *                                   sparse one may have purged pages
+ *                                   (s->purged), which come back when its
+ *                                   freelist runs dry
  *   FULL       none         0       none; a free makes it PARTIAL
  *   EMPTY      empty        0       reused before a new slab; released
  *                                   after the decay or on shrink
@@ -90,7 +98,8 @@
  *   OWNED -> FULL / PARTIAL / EMPTY when the ring overflows or the thread
  *   exits; PARTIAL -> ACTIVE on refill
  *   PARTIAL/FULL -> FROZEN (vacate) -> RELEASING | PARTIAL | FULL
- *   PARTIAL --last free--> EMPTY or RELEASING
+ *   PARTIAL --last free--> EMPTY or RELEASING (RELEASING if it has
+ *   purged pages)
  *   PARTIAL -> FROZEN (mesh candidate) -> MESHED (alias) -> RELEASING when
  *   its host is released; a host (mesh_alias != NULL) is never kept EMPTY
  * ---------------------------------------------------------------------
