@@ -64,14 +64,18 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     *prev = NULL;
 }
 
-/* Does object i overlap a page of `pages`? */
-static int object_on_pages(const struct slab *s, uint32_t i, uint64_t pages)
+/* The pages object i overlaps, a bit each. */
+static uint64_t object_pages(const struct slab *s, uint32_t i)
 {
     size_t off = (size_t)i * s->size;
     unsigned first = (unsigned)(off >> SLAB_PAGE_SHIFT);
     unsigned last = (unsigned)((off + s->size - 1) >> SLAB_PAGE_SHIFT);
-    uint64_t span = (last - first >= 63 ? ~0ULL : (2ULL << (last - first)) - 1) << first;
-    return (pages & span) != 0;
+    return (last - first >= 63 ? ~0ULL : (2ULL << (last - first)) - 1) << first;
+}
+
+static int object_on_pages(const struct slab *s, uint32_t i, uint64_t pages)
+{
+    return (object_pages(s, i) & pages) != 0;
 }
 
 int slab_free_map(const struct slab *s, uint64_t *map)
@@ -104,12 +108,8 @@ uint64_t slab_free_pages(const struct slab *s, const uint64_t *map)
     unsigned npages = (unsigned)((s->span + (1u << SLAB_PAGE_SHIFT) - 1) >> SLAB_PAGE_SHIFT);
     uint64_t covered = npages >= 64 ? ~0ULL : (1ULL << npages) - 1, busy = 0;
     for (uint32_t i = 0; i < s->capacity; i++)
-        if (!(map[i >> 6] >> (i & 63) & 1)) {
-            size_t off = (size_t)i * s->size;
-            unsigned first = (unsigned)(off >> SLAB_PAGE_SHIFT);
-            unsigned last = (unsigned)((off + s->size - 1) >> SLAB_PAGE_SHIFT);
-            busy |= (last - first >= 63 ? ~0ULL : (2ULL << (last - first)) - 1) << first;
-        }
+        if (!(map[i >> 6] >> (i & 63) & 1))
+            busy |= object_pages(s, i);
     return covered & ~busy;
 }
 
