@@ -145,6 +145,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         sd_spin_unlock(&o->lock);
         return cache_alloc_fast(c, b, c->fp_off);
     }
+    cache_decay_tick();
     s = cache_partial_take(c);
     if (!s) {
         s = cache_slab_new(c);

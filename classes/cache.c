@@ -557,6 +557,26 @@ size_t cache_release_empty(struct sd_cache *c, int all)
     return bytes;
 }
 
+/* Retained empty slabs past the decay, in every malloc class, from the
+ * allocation slow path at most every DECAY_TICK_MS: a class's own empties
+ * were only released when another of its slabs emptied, so after a burst
+ * of frees a class nobody freed into again kept an eighth of its slabs
+ * for good (redis-age: 87 MiB against jemalloc's 60 after 10 s idle).
+ * Called with no allocator lock held. */
+#define DECAY_TICK_MS 100
+
+void cache_decay_tick(void)
+{
+    static uint64_t next;
+    uint64_t now = os_now_ns(), due = __atomic_load_n(&next, __ATOMIC_RELAXED);
+    if (now < due || !__atomic_compare_exchange_n(&next, &due, now + DECAY_TICK_MS * 1000000ull,
+                                                  0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return;
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        if (__atomic_load_n(&sd_malloc_caches[i].nr_empty, __ATOMIC_RELAXED))
+            cache_release_empty(&sd_malloc_caches[i], 0);
+}
+
 /* ---------------------------------------------------------------- */
 /* Figures                                                           */
 

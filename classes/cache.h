@@ -90,6 +90,9 @@ extern SD_HIDDEN void (*cache_sparse_nudge)(void);
 /* A slab whose freelist ran dry takes its purged pages' objects back
  * (slab locked).  Returns the objects added to the freelist. */
 uint32_t cache_slab_unpurge_locked(struct sd_cache *c, struct slab *s);
+/* From the allocation slow paths (no lock held): every 100 ms, release
+ * the retained empty slabs past the decay of every malloc class. */
+void cache_decay_tick(void);
 /* Release retained empty slabs: all, or those past the decay.  Returns
  * bytes released. */
 size_t cache_release_empty(struct sd_cache *c, int all);
