@@ -228,7 +228,8 @@ static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
     s->freelist = *slab_fp(s, p);
     if (!s->freelist)
         cache_slab_unpurge_locked(c, s);    /* a PARTIAL slab keeps one */
-    if (++s->inuse == s->capacity) {
+    __atomic_store_n(&s->inuse, s->inuse + 1, __ATOMIC_RELAXED);  /* refill peeks */
+    if (s->inuse == s->capacity) {
         list_del(&s->link);
         cnt_add(&c->nr_partial, -1);
         slab_set_state(s, SLAB_FULL);
@@ -314,7 +315,7 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
     }
     *slab_fp(s, p) = s->freelist;
     __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);   /* the owner peeks */
-    s->inuse--;
+    __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);  /* refill peeks */
     int went_empty = state == SLAB_PARTIAL && !s->inuse;
     int release = cache_slab_freed_locked(c, s, 1);
     sd_spin_unlock(&s->lock);
@@ -352,7 +353,7 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
     }
     if (!s->freelist)
         cache_slab_unpurge_locked(c, s);    /* a PARTIAL slab keeps one */
-    s->inuse += k;
+    __atomic_store_n(&s->inuse, s->inuse + k, __ATOMIC_RELAXED);  /* refill peeks */
     return k;
 }
 
@@ -441,7 +442,7 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
             }
             *slab_fp(s, p) = s->freelist;
             __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
-            s->inuse--;
+            __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);
             if (++i == n)
                 break;
             p = objs[i];

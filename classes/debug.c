@@ -487,7 +487,7 @@ void debug_free(struct sd_cache *c, struct slab *s, void *ptr, const char *call)
     *state_word(c, p) = DEBUG_FREE;
     *slab_fp(s, p) = s->freelist;
     s->freelist = p;
-    s->inuse--;
+    __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);
     int release = cache_slab_freed_locked(c, s, 1);
     sd_spin_unlock(&s->lock);
     if (release)

@@ -163,7 +163,7 @@ static void list_splice_free(struct slab *s, void *head, uint32_t n)
         tail = *slab_fp(s, tail);
     *slab_fp(s, tail) = s->freelist;
     s->freelist = head;
-    s->inuse -= n;
+    __atomic_store_n(&s->inuse, s->inuse - n, __ATOMIC_RELAXED);
 }
 
 void tcache_owned_release(struct tbin *b, struct slab *s)
