@@ -12,7 +12,7 @@
 #include "mesh.h"
 #include "options.h"
 
-int cache_slab_freed_locked(struct sd_cache *c, struct slab *s);
+int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed);
 
 void report_invalid(const char *call, const void *p)
 {
@@ -144,6 +144,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
         sd_spin_unlock(&o->lock);
         return cache_alloc_fast(c, b);
     }
+    cache_decay_tick();
     s = cache_partial_take(c);
     if (!s) {
         s = cache_slab_new(c);
@@ -164,6 +165,7 @@ static int fuller_than_quarter(const struct slab *s)
     return s->inuse * 4 > s->capacity;
 }
 
+#define REFILL_SCAN 4       /* partial slabs a per-CPU refill compares */
 #define DIRECT_SCAN 32      /* partial slabs a "fullest" allocation looks at */
 
 void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fullest)
@@ -223,7 +225,10 @@ static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
 {
     void *p = s->freelist;
     s->freelist = slab_get_next(s, p);
-    if (++s->inuse == s->capacity) {
+    if (!s->freelist)
+        cache_slab_unpurge_locked(c, s);    /* a PARTIAL slab keeps one */
+    __atomic_store_n(&s->inuse, s->inuse + 1, __ATOMIC_RELAXED);  /* refill peeks */
+    if (s->inuse == s->capacity) {
         list_del(&s->link);
         cnt_add(&c->nr_partial, -1);
         slab_set_state(s, SLAB_FULL);
@@ -251,6 +256,7 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
         if (sd_spin_trylock(&x->lock)) {
             list_del(&x->link);
             cnt_add(&c->nr_empty, -1);
+            x->purged = 0;                  /* was empty_since */
             e = x;
             break;
         }
@@ -344,9 +350,9 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
     }
     slab_set_next(s, p, s->freelist);
     __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);   /* the owner peeks */
-    s->inuse--;
+    __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);  /* refill peeks */
     int went_empty = state == SLAB_PARTIAL && !s->inuse;
-    int release = cache_slab_freed_locked(c, s);
+    int release = cache_slab_freed_locked(c, s, 1);
     sd_spin_unlock(&s->lock);
     cache_stat_hot(c, SD_STAT_FREE_REMOTE, 1);
     if (release)
@@ -378,12 +384,14 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
                                  unsigned n)
 {
     unsigned k = 0;
-    while (k < n && s->freelist) {
+    while (k < n && (s->freelist || cache_slab_unpurge_locked(c, s))) {
         void *p = s->freelist;
         s->freelist = slab_get_next(s, p);
         out[k++] = p;
     }
-    s->inuse += k;
+    if (!s->freelist)
+        cache_slab_unpurge_locked(c, s);    /* a PARTIAL slab keeps one */
+    __atomic_store_n(&s->inuse, s->inuse + k, __ATOMIC_RELAXED);  /* refill peeks */
     return k;
 }
 
@@ -394,12 +402,29 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
     *got = 0;
     if (__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED)) {
         sd_mutex_lock(&c->list_lock);
-        for (struct sd_list *l = c->partial.next; l != &c->partial; l = l->next) {
+        /* The fullest of the first REFILL_SCAN partial slabs (issue 16:
+         * allocation fills the fuller slabs, the sparse ones drain). */
+        struct slab *best = NULL;
+        unsigned seen = 0;
+        for (struct sd_list *l = c->partial.next; l != &c->partial && seen < REFILL_SCAN;
+             l = l->next, seen++) {
             struct slab *x = list_entry(l, struct slab, link);
-            if (__atomic_load_n(&x->feeding, __ATOMIC_RELAXED) == UINT8_MAX ||
-                !sd_spin_trylock(&x->lock))
+            if (__atomic_load_n(&x->feeding, __ATOMIC_RELAXED) == UINT8_MAX)
                 continue;
-            s = x;
+            if (!best || __atomic_load_n(&x->inuse, __ATOMIC_RELAXED) >
+                         __atomic_load_n(&best->inuse, __ATOMIC_RELAXED))
+                best = x;
+        }
+        if (best && !sd_spin_trylock(&best->lock))
+            best = NULL;
+        for (struct sd_list *l = c->partial.next; !best && l != &c->partial; l = l->next) {
+            struct slab *x = list_entry(l, struct slab, link);
+            if (__atomic_load_n(&x->feeding, __ATOMIC_RELAXED) != UINT8_MAX &&
+                sd_spin_trylock(&x->lock))
+                best = x;
+        }
+        if (best) {
+            s = best;
             *got = slab_take_locked(c, s, out, n);
             __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
             if (s->inuse == s->capacity) {
@@ -407,7 +432,6 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
                 slab_set_state(s, SLAB_FULL);
             }
             sd_spin_unlock(&s->lock);
-            break;
         }
         sd_mutex_unlock(&c->list_lock);
         if (s)
@@ -448,6 +472,7 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
             i++;
             continue;
         }
+        uint32_t before = s->inuse;
         do {                                /* the run of objects of s */
             if (unlikely(p == s->freelist)) {
                 sd_spin_unlock(&s->lock);
@@ -455,13 +480,13 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
             }
             slab_set_next(s, p, s->freelist);
             __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
-            s->inuse--;
+            __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);
             if (++i == n)
                 break;
             p = objs[i];
         } while (segment_slab_of(p) == s && slab_contains(s, p));
         int went_empty = state == SLAB_PARTIAL && !s->inuse;
-        int release = cache_slab_freed_locked(c, s);
+        int release = cache_slab_freed_locked(c, s, before - s->inuse);
         sd_spin_unlock(&s->lock);
         if (release)
             cache_slab_release(c, s);

@@ -33,6 +33,9 @@ struct sd_cache {
     uint32_t  page_capacity;    /* objects per small slab, or 0 */
     uint8_t   shuffle;          /* meshing: new slabs' freelists in random
                                    order (classes/mesh.c) */
+    uint8_t   page_purge;       /* free pages of its sparse slabs go back
+                                   to the OS (cache.c: "Pages of sparse
+                                   slabs") */
     unsigned long mesh_seen_new;  /* meshing: stat[SD_STAT_SLAB_NEW] at the
                                      last pass (under mesh_lock) */
     unsigned long flags;        /* SD_* creation flags */
@@ -79,6 +82,17 @@ void cache_partial_del_locked(struct sd_cache *c, struct slab *s);
 /* Take a slab off partial (or the retained empties) with its lock held;
  * NULL if none could be locked. */
 struct slab *cache_partial_take(struct sd_cache *c);
+/* Called (no allocator lock held... but see cache.c) when frees have
+ * made MESH_NUDGE_SPARSE slabs of a meshing class sparse since the last
+ * mesh pass: hooks/shrinker.c sets it to wake its thread for meshing.
+ * Called with a slab lock held: it must only write to an eventfd. */
+extern SD_HIDDEN void (*cache_sparse_nudge)(void);
+/* A slab whose freelist ran dry takes its purged pages' objects back
+ * (slab locked).  Returns the objects added to the freelist. */
+uint32_t cache_slab_unpurge_locked(struct sd_cache *c, struct slab *s);
+/* From the allocation slow paths (no lock held): every 100 ms, release
+ * the retained empty slabs past the decay of every malloc class. */
+void cache_decay_tick(void);
 /* Release retained empty slabs: all, or those past the decay.  Returns
  * bytes released. */
 size_t cache_release_empty(struct sd_cache *c, int all);

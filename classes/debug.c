@@ -35,7 +35,7 @@
 #include "slab.h"
 #include "tcache.h"
 
-int cache_slab_freed_locked(struct sd_cache *c, struct slab *s);
+int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed);
 
 #define RZ_BYTES     16u          /* minimum red zone */
 #define RZ_BYTE      0xcc
@@ -487,8 +487,8 @@ void debug_free(struct sd_cache *c, struct slab *s, void *ptr, const char *call)
     *state_word(c, p) = DEBUG_FREE;
     slab_set_next(s, p, s->freelist);
     s->freelist = p;
-    s->inuse--;
-    int release = cache_slab_freed_locked(c, s);
+    __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);
+    int release = cache_slab_freed_locked(c, s, 1);
     sd_spin_unlock(&s->lock);
     if (release)
         cache_slab_release(c, s);

@@ -202,6 +202,8 @@ void mesh_geometry(struct sd_cache *c)
     if (!mesh_enabled() || c->debug)
         return;
     c->shuffle = (uint8_t)sd_opt.mesh_shuffle;
+    if (c->size >= MESH_SMALL_MIN && c->size <= MESH_SMALL_MAX)
+        c->page_purge = 0;          /* its sparse slabs mesh instead */
     if (!sd_opt.mesh_page_slabs || c->size > MESH_SMALL_MAX || c->size < MESH_SMALL_MIN)
         return;
     unsigned kind = c->size <= MESH_PAGE_MAX ? SEG_KIND_4K : SEG_KIND_8K;
@@ -355,7 +357,7 @@ static int batch_take(struct sd_cache *c, unsigned kind, uint32_t cap)
         if (s->kind != kind || !target_ok(cap, __atomic_load_n(&s->inuse, __ATOMIC_RELAXED)) ||
             !arena_contains(s->start) || !sd_spin_trylock(&s->lock))
             continue;
-        if (target_ok(cap, s->inuse) && s->inuse) {
+        if (target_ok(cap, s->inuse) && s->inuse && !slab_purged(s)) {
             cache_partial_del_locked(c, s);
             slab_set_state(s, SLAB_FROZEN);
             cand[n++] = s;

@@ -320,6 +320,7 @@ void *pcpu_alloc_slow(struct sd_cache *c)
      * src may go on.  buf[0] is still ours, so src cannot be empty and
      * released under this store. */
     __atomic_fetch_sub(&src->feeding, 1, __ATOMIC_RELEASE);
+    cache_decay_tick();
     return buf[0];
 }
 

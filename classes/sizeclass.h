@@ -32,7 +32,9 @@ static inline unsigned sizeclass_of(size_t n)
 
 /* The smallest class >= n whose size is a multiple of align, or -1. */
 int sizeclass_aligned(size_t n, size_t align);
-/* Slab kind (slot size) and objects per slab for objects of `size` bytes. */
+/* Slab kind (slot size) and objects per slab for objects of `size` bytes:
+ * of a typed cache, and of a malloc class (smaller slabs for big classes). */
 void sizeclass_geometry(uint32_t size, unsigned *kind, uint32_t *capacity);
+void sizeclass_malloc_geometry(uint32_t size, unsigned *kind, uint32_t *capacity);
 
 #endif

@@ -24,7 +24,10 @@
     X(DEFRAG_MOVES,     "defrag_moves",     "blocks moved by sd_defrag_realloc") \
     X(MESHES,           "meshes",           "slabs meshed into another (aliases made)") \
     X(MESH_BYTES,       "mesh_bytes_released", "bytes released by meshing") \
-    X(UNMESHES,         "unmeshes",         "aliases restored when their host emptied")
+    X(UNMESHES,         "unmeshes",         "aliases restored when their host emptied") \
+    X(SLAB_SPARSE,      "slab_sparse",      "partial slabs frees left at most a quarter in use") \
+    X(PAGES_PURGED,     "pages_purged",     "free 4 KiB pages of sparse slabs given back") \
+    X(PAGES_REFILLED,   "pages_refilled",   "purged pages taken back for allocation")
 
 enum sd_stat {
 #define X(id, name, doc) SD_STAT_##id,

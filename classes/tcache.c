@@ -180,7 +180,7 @@ static void list_splice_free(struct slab *s, void *head, uint32_t n)
         tail = next;
     slab_set_next(s, tail, s->freelist);
     s->freelist = head;
-    s->inuse -= n;
+    __atomic_store_n(&s->inuse, s->inuse - n, __ATOMIC_RELAXED);
 }
 
 /* Settle a slab that leaves a thread (locked; local list spliced). */

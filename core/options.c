@@ -29,6 +29,7 @@ struct sd_options sd_opt = {
     .percpu_kb = 2048,
     .thread_kb = 1024,
     .harden = 1,
+    .page_purge = 1,
 };
 
 enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER };
@@ -50,11 +51,15 @@ static const struct option {
     { "PSI",               OPT_BOOL,  &sd_opt.psi,                0, 1 },
     { "STATS",             OPT_STATS, &sd_opt.stats,              0, 2 },
     { "CONTROL",           OPT_BOOL,  &sd_opt.control,            0, 1 },
+    /* a line on stderr per background pass that released memory */
+    { "PASS_EVENTS",       OPT_BOOL,  &sd_opt.pass_events,        0, 1 },
     /* per-CPU caches on rseq (classes/pcpu.c); 0 forces per-thread ones */
     { "PERCPU",            OPT_BOOL,  &sd_opt.percpu,             0, 1 },
     { "HARDEN",            OPT_BOOL,  &sd_opt.harden,             0, 1 },
     { "PERCPU_KB",         OPT_UINT,  &sd_opt.percpu_kb,          64, 65536 },
     { "THREAD_KB",         OPT_UINT,  &sd_opt.thread_kb,          64, 65536 },
+    /* free pages inside sparse slabs of big classes (classes/cache.c) */
+    { "PAGE_PURGE",        OPT_BOOL,  &sd_opt.page_purge,         0, 1 },
     { "DEBUG",             OPT_DEBUG, &sd_opt.debug,              0, 0 },
     /* meshing (classes/mesh.c): off by default, a fork copies the heap */
     { "MESH",              OPT_BOOL,  &sd_opt.mesh,               0, 1 },

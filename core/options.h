@@ -30,6 +30,9 @@ struct sd_options {
     uint32_t psi;                  /* watch PSI and cgroup memory events */
     uint32_t stats;                /* SD_STATS_* at exit */
     uint32_t control;              /* serve the slabinfo socket */
+    uint32_t pass_events;          /* "event=shrink_pass mono=S bytes=N" on
+                                      stderr after a pass that released
+                                      memory (scripts/compare's plots) */
     uint32_t debug;                /* SD_DEBUG_* letters */
     uint32_t mesh;                 /* mesh sparse malloc slabs (memfd arena) */
     uint32_t mesh_max_maps;        /* mappings meshing may create; 0 = half
@@ -46,6 +49,8 @@ struct sd_options {
     uint32_t thread_kb;            /* per-thread mode: a thread's ring slabs,
                                       all caches together */
     uint32_t mesh_barrier;         /* meshing: SD_BARRIER_* write barrier */
+    uint32_t page_purge;           /* give back free pages of sparse slabs
+                                      of big malloc classes */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
 

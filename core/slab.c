@@ -97,6 +97,20 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     slab_link_end(s, last);
 }
 
+/* The pages object i overlaps, a bit each. */
+static uint64_t object_pages(const struct slab *s, uint32_t i)
+{
+    size_t off = (size_t)i * s->size;
+    unsigned first = (unsigned)(off >> SLAB_PAGE_SHIFT);
+    unsigned last = (unsigned)((off + s->size - 1) >> SLAB_PAGE_SHIFT);
+    return (last - first >= 63 ? ~0ULL : (2ULL << (last - first)) - 1) << first;
+}
+
+static int object_on_pages(const struct slab *s, uint32_t i, uint64_t pages)
+{
+    return (object_pages(s, i) & pages) != 0;
+}
+
 int slab_free_map(const struct slab *s, uint64_t *map)
 {
     memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));
@@ -110,6 +124,78 @@ int slab_free_map(const struct slab *s, uint64_t *map)
         map[i >> 6] |= 1ULL << (i & 63);
         n++;
     }
+    uint64_t purged = slab_purged(s);
+    if (purged)
+        for (uint32_t i = 0; i < s->capacity; i++)
+            if (object_on_pages(s, i, purged)) {
+                if (map[i >> 6] >> (i & 63) & 1)
+                    return -1;      /* on the freelist and purged */
+                map[i >> 6] |= 1ULL << (i & 63);
+                n++;
+            }
+    return n;
+}
+
+uint64_t slab_free_pages(const struct slab *s, const uint64_t *map)
+{
+    unsigned npages = (unsigned)((s->span + (1u << SLAB_PAGE_SHIFT) - 1) >> SLAB_PAGE_SHIFT);
+    uint64_t covered = npages >= 64 ? ~0ULL : (1ULL << npages) - 1, busy = 0;
+    for (uint32_t i = 0; i < s->capacity; i++)
+        if (!(map[i >> 6] >> (i & 63) & 1))
+            busy |= object_pages(s, i);
+    return covered & ~busy;
+}
+
+uint32_t slab_unlink_pages(struct slab *s, uint64_t pages)
+{
+    uint32_t keep = 0, drop = 0;
+    for (void *p = s->freelist; p; p = slab_get_next(s, p)) {
+        if (object_on_pages(s, slab_index(s, p), pages))
+            drop++;
+        else
+            keep++;
+    }
+    if (!keep || !drop)
+        return 0;
+    void *last = NULL;
+    for (void *p = s->freelist, *next; p; p = next) {
+        next = slab_get_next(s, p);
+        if (!object_on_pages(s, slab_index(s, p), pages))
+            slab_link(s, &last, p);
+    }
+    slab_link_end(s, last);
+    return drop;
+}
+
+uint32_t slab_purged_objects(const struct slab *s)
+{
+    uint32_t n = 0;
+    uint64_t purged = slab_purged(s);
+    if (purged)
+        for (uint32_t i = 0; i < s->capacity; i++)
+            n += (uint32_t)object_on_pages(s, i, purged);
+    return n;
+}
+
+uint32_t slab_unpurge(struct slab *s)
+{
+    uint64_t pages = slab_purged(s);
+    if (!pages)
+        return 0;
+    /* Ascending, ahead of the list: the objects come back in address
+     * order, as a resequenced freelist hands them out. */
+    void *head = s->freelist, *last = NULL;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->capacity; i++)
+        if (object_on_pages(s, i, pages)) {
+            slab_link(s, &last, slab_object(s, i));
+            n++;
+        }
+    if (last)
+        slab_set_next(s, last, head);
+    else
+        s->freelist = head;
+    s->purged = 0;
     return n;
 }
 
@@ -130,9 +216,10 @@ void slab_resequence(struct slab *s)
     uint64_t map[SLAB_MAX_OBJECTS / 64];
     if (slab_free_map(s, map) < 0)
         return;                     /* leave a corrupt list for validation */
+    uint64_t purged = slab_purged(s);
     void *last = NULL;
     for (uint32_t i = 0; i < s->capacity; i++)
-        if (map[i >> 6] >> (i & 63) & 1)
+        if (map[i >> 6] >> (i & 63) & 1 && !(purged && object_on_pages(s, i, purged)))
             slab_link(s, &last, slab_object(s, i));
     slab_link_end(s, last);
 }

@@ -56,7 +56,8 @@ static inline void slab_set_next(const struct slab *s, void *p, void *next)
  * random order drawn from that seed (meshing, classes/mesh.c). */
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
                  uint16_t fpo, void (*ctor)(void *), uint64_t shuffle);
-/* Mark the free objects in bitmap `map` (capacity bits, cleared first).
+/* Mark the free objects in bitmap `map` (capacity bits, cleared first):
+ * those on the freelist and those on purged pages (core/types.h).
  * Returns the number of free objects; -1 if the freelist is corrupt (a
  * pointer outside the slab, misaligned, or a cycle). */
 int slab_free_map(const struct slab *s, uint64_t *map);
@@ -64,8 +65,31 @@ int slab_free_map(const struct slab *s, uint64_t *map);
  * on a corrupt freelist. */
 int slab_collect_inuse(const struct slab *s, void **vec);
 /* Rebuild the freelist in address order (patch 02/10's
- * resequence_freelist), so that objects are handed out ascending. */
+ * resequence_freelist), so that objects are handed out ascending; objects
+ * on purged pages stay off it. */
 void slab_resequence(struct slab *s);
+/* Pages of a slab's purged set (types.h): bit i = the 4 KiB page at
+ * start + i * 4096; a slab spans at most 64 pages (256 KiB). */
+#define SLAB_PAGE_SHIFT 12
+/* s->purged where it means that (the union's other members belong to
+ * EMPTY and MESHED slabs): 0 unless PARTIAL or FROZEN. */
+static inline uint64_t slab_purged(const struct slab *s)
+{
+    unsigned st = s->state;
+    return st == SLAB_PARTIAL || st == SLAB_FROZEN ? s->purged : 0;
+}
+/* Pages every object of which is free in `map` (a free map, as above),
+ * among the pages the slab's objects cover. */
+uint64_t slab_free_pages(const struct slab *s, const uint64_t *map);
+/* Take the objects overlapping `pages` off the freelist, unless that would
+ * leave it empty.  Returns the objects taken, 0 if none (nothing changed). */
+uint32_t slab_unlink_pages(struct slab *s, uint64_t pages);
+/* Put every object overlapping s->purged back on the freelist (its pages
+ * fault back in, zero) and clear s->purged.  Returns the objects added. */
+uint32_t slab_unpurge(struct slab *s);
+/* Objects overlapping s->purged. */
+uint32_t slab_purged_objects(const struct slab *s);
+
 /* Is p the address of an object of s (inside and on a boundary)? */
 static inline int slab_contains(const struct slab *s, const void *p)
 {

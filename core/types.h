@@ -15,7 +15,8 @@
  *             its own mapping found through a hash table (core/huge.c).
  *
  * Invariants (slab):
- *   inuse == capacity - |freelist|            (under the slab lock)
+ *   inuse == capacity - |freelist|            (under the slab lock; less
+ *                                             purged objects, below)
  *   objects handed out == inuse - |owner's private list| (tbin.nfree)
  *   owner != 0  <=>  state is ACTIVE or OWNED  (set/cleared under the lock)
  *   ACTIVE/OWNED: objects handed out == inuse - nlocal - (ACTIVE: the
@@ -26,6 +27,12 @@
  *   the freelist
  *   free objects hold the next-free pointer at byte fpo: 0, or past the
  *   object for caches with a ctor (a free object stays constructed).
+ *
+ * Invariants (purged pages, classes/cache.c): a free object that overlaps
+ * a page of s->purged is on no freelist and not counted in inuse:
+ *   inuse == capacity - |freelist| - |objects overlapping purged pages|
+ * A slab with purged pages is PARTIAL (FROZEN during a vacate), has a
+ * non-empty freelist, never meshes, and is never retained EMPTY.
  *
  * Invariants (mesh, classes/mesh.c): an alias (MESHED) has inuse == 0, a
  * NULL freelist and mesh_host != NULL; its live objects are counted in the
@@ -128,6 +135,11 @@ struct slab {
         uint64_t empty_since; /* EMPTY: ns, when it joined cache->empty */
         struct slab *mesh_host; /* MESHED: the slab whose pages hold our
                                    objects (an alias is never EMPTY) */
+        uint64_t purged;      /* PARTIAL (or FROZEN by a vacate): bit per
+                                 4 KiB page of the slab given back to the
+                                 OS while the slab lives (classes/cache.c,
+                                 "Pages of sparse slabs"); 0 in any other
+                                 state */
     };
 } __attribute__((aligned(64)));   /* 128 bytes: slot -> descriptor is a shift */
 _Static_assert(sizeof(struct slab) == 128, "struct slab must stay 128 bytes");

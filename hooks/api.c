@@ -190,7 +190,7 @@ SD_EXPORT int sd_cache_get_info(const sd_cache *s, struct sd_cache_info *out)
     memset(out, 0, sizeof *out);
     memcpy(out->name, c->name, sizeof out->name);
     out->object_size = c->object_size;
-    out->slab_size = 1UL << (14 + 2 * c->kind);
+    out->slab_size = seg_kind_bytes(c->kind);
     out->objects_per_slab = c->capacity;
     out->slabs = u.slabs;
     out->partial_slabs = u.partial;

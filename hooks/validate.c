@@ -174,6 +174,13 @@ static void check_slab(struct slab *s, void *arg)
         nfree++;
     }
     int owned = state == SLAB_ACTIVE || state == SLAB_OWNED;
+    if (list_ok && slab_purged(s)) {      /* free, off the list (core/types.h) */
+        uint32_t np = slab_purged_objects(s);
+        if (np + nfree > s->capacity)
+            corrupt(v, name, s->start, "%u objects on purged pages and %u on the "
+                    "freelist, of %u", np, nfree, s->capacity);
+        nfree += np;
+    }
     if (list_ok && !owned && s->inuse != s->capacity - nfree)
         corrupt(v, name, s->start, "inuse %u, but capacity %u - %u free = %u",
                 s->inuse, s->capacity, nfree, s->capacity - nfree);

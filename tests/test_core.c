@@ -12,10 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "sdmalloc.h"
 #include "slabdefrag.h"
+#include "validate.h"
 
 #define KiB ((size_t)1024)
 #define MiB (KiB * 1024)
@@ -542,6 +545,100 @@ Test(unit, cache_find_malloc_classes)
     struct sd_cache_info in;
     cr_assert_eq(sd_cache_get_info(sd_cache_find("malloc-64"), &in), 0);
     cr_assert_eq(in.object_size, 64);
+}
+
+/* ---- slab geometry and the pages of sparse slabs (issue 16) -------------- */
+
+static void class_geometry(const char *name, size_t slab, size_t objs)
+{
+    struct sd_cache_info in;
+    cr_assert_eq(sd_cache_get_info(sd_cache_find(name), &in), 0, "%s", name);
+    cr_assert_eq(in.slab_size, slab, "%s: slab %zu, want %zu", name, in.slab_size, slab);
+    cr_assert_eq(in.objects_per_slab, objs, "%s: %zu objects, want %zu", name,
+                 in.objects_per_slab, objs);
+}
+
+Test(unit, malloc_geometry_small_slabs_for_big_classes)
+{
+    class_geometry("malloc-2048", 4096, 2);     /* a page of 2, as jemalloc */
+    class_geometry("malloc-1024", 4096, 4);
+    class_geometry("malloc-1792", 4096, 2);     /* 512 B left: 1/8 */
+    class_geometry("malloc-1408", 16384, 11);   /* 4 and 8 KiB leave > 1/8 */
+    class_geometry("malloc-768", 8192, 10);     /* 512..1023: 8 objects, 8 KiB up */
+    class_geometry("malloc-64", 16384, 256);    /* small classes: 16 KiB up */
+    class_geometry("malloc-4096", 8192, 2);
+}
+
+static int resident(const void *page)
+{
+    unsigned char v = 0;
+    cr_assert_eq(mincore((void *)page, 4096, &v), 0, "mincore: %s", strerror(errno));
+    return v & 1;
+}
+
+static size_t validate_errors(void)
+{
+    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    struct validate_result r = { 0 };
+    cr_assert_eq(validate_all(fd, &r), 0);
+    close(fd);
+    return r.errors;
+}
+
+/* 1408-byte blocks live 11 to a 16 KiB slab, about 3 to a page.  Keep the
+ * first block of every slab and free the rest: the slab's other three
+ * pages hold no live block and go back to the OS (all but the few slabs
+ * whose blocks wait on a per-CPU stack or a thread's ring).  The kept
+ * blocks keep their contents, the heap validates, and the pages come back
+ * when they are allocated again. */
+Test(unit, sparse_slab_free_pages_released_and_reused)
+{
+    enum { N = 4400, SZ = 1400 };
+    static uint8_t *b[N], *again[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = sdm_malloc(SZ);
+        cr_assert_not_null(b[i]);
+        fill(b[i], SZ, (unsigned)i);
+    }
+    size_t kept = 0;
+    for (int i = 0; i < N; i++) {
+        if (((uintptr_t)b[i] & (16 * KiB - 1)) == 0) {
+            kept++;
+            continue;
+        }
+        sdm_free(b[i]);
+        b[i] = NULL;
+    }
+    cr_assert_geq(kept, N / 11 - 8, "%zu slabs' first blocks", kept);
+    size_t gone = 0;
+    for (int i = 0; i < N; i++) {
+        if (!b[i])
+            continue;
+        if (!resident(b[i] + 3 * 4096) && !resident(b[i] + 2 * 4096))
+            gone++;
+        cr_assert_eq(check(b[i], SZ, (unsigned)i), SIZE_MAX, "kept block %d changed", i);
+        cr_assert(resident(b[i]), "the page of a live block was released");
+    }
+    cr_assert_geq(gone * 10, kept * 9, "free pages released in %zu of %zu sparse slabs",
+                  gone, kept);
+    cr_assert_eq(validate_errors(), 0);
+    for (int i = 0; i < N; i++) {
+        again[i] = sdm_malloc(SZ);
+        cr_assert_not_null(again[i]);
+        fill(again[i], SZ, (unsigned)(N + i));
+    }
+    for (int i = 0; i < N; i++) {
+        if (b[i])
+            cr_assert_eq(check(b[i], SZ, (unsigned)i), SIZE_MAX, "kept block %d changed", i);
+        cr_assert_eq(check(again[i], SZ, (unsigned)(N + i)), SIZE_MAX, "new block %d", i);
+    }
+    cr_assert_eq(validate_errors(), 0);
+    for (int i = 0; i < N; i++) {
+        sdm_free(again[i]);
+        if (b[i])
+            sdm_free(b[i]);
+    }
+    cr_assert_eq(validate_errors(), 0);
 }
 
 Test(unit, cache_shrink_and_shrink_all)

@@ -352,7 +352,9 @@ Test(cli, shrink_lowers_rss, .timeout = 60)
     cr_assert_eq(exit_code(&r), 0, "%s", r.err);
     cr_assert(!strncmp(r.out, "shrink: ", 8), "%s", r.out);
     long after = rss_kb(c.pid);
-    cr_assert(after < before - 8 * 1024, "RSS %ld kB -> %ld kB", before, after);
+    /* The 4000-byte class lives in 8 KiB slabs: a cache retains at most
+     * 1024 empty ones (8 MiB of the 16), the rest went back at free. */
+    cr_assert(after < before - 6 * 1024, "RSS %ld kB -> %ld kB", before, after);
 
     slabinfo(&r, c.pid, "-s", "inspect_obj");
     cr_assert_eq(exit_code(&r), 0, "%s", r.err);
