@@ -318,7 +318,8 @@ void cache_free_thread(struct slab *s, void *p, const char *call)
 void cache_free_slow(struct slab *s, void *p, const char *call)
 {
     tcache_check_get(call);
-    if (sd_pcpu_on && !sd_tc.pcpu && s->fbin != SD_BIN_NONE && pcpu_thread_init()) {
+    if (sd_pcpu_on && !sd_tc.pcpu &&
+        __atomic_load_n(&s->fbin, __ATOMIC_RELAXED) != SD_BIN_NONE && pcpu_thread_init()) {
         cache_free_fast(s, p, call);        /* this thread's first call */
         return;
     }
