@@ -59,7 +59,7 @@
  * without the lock, by the owner deciding which ring slab to lock (a
  * relaxed peek; the remote free stores it relaxed under the lock).  A
  * fork child therefore never trusts another thread's tbin: it finds that
- * thread's slabs by owner (classes/tcache.c).
+ * thread's slabs by owner (classes/fork.c).
  *
  * The fork handler takes reclaim_lock and pcpu_lock first (no reclaim
  * and no drain is half done in the child; the stacks themselves are
@@ -190,6 +190,7 @@ void cache_init(void)
         options_init();
         slab_harden_init(sd_opt.harden);    /* before the first slab */
         slab_cache_name = slab_name;
+        sd_spin_deadlock_hook = tcache_deadlock_report;
         pcpu_init();                /* per-CPU or per-thread, once */
         mesh_init();                /* before the first segment */
         for (unsigned i = 0; i < SD_NCLASSES; i++) {

@@ -134,12 +134,17 @@ static struct slab *cand[MESH_BATCH];
 static uint64_t used_map[MESH_BATCH][MAP_WORDS];
 static uint32_t used_n[MESH_BATCH];
 
-static void stat_max(uint64_t *p, uint64_t v)
+/* The fork child's new arena file holds every slab's pages at its own
+ * offset: point each alias (MESHED) at its host's pages again. */
+static void realias_one(struct slab *s, void *arg)
 {
-    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0,
-                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
+    if (s->state == SLAB_MESHED && s->mesh_host)
+        arena_alias(s->start, s->mesh_host->start, seg_kind_bytes(s->kind));
+}
+
+static void realias_all(void)
+{
+    segment_for_each_slab(realias_one, NULL, 1);
 }
 
 void mesh_init(void)
@@ -156,6 +161,7 @@ void mesh_init(void)
                                       : os_max_map_count() / 2;
     stats.max_maps = max;
     stats.enabled = 1;
+    arena_set_fork_realias(realias_all);
     __atomic_store_n(&mesh_on, 1, __ATOMIC_RELEASE);
 }
 

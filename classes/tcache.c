@@ -35,22 +35,12 @@ static struct sd_list registry = { &registry, &registry };
 static pthread_key_t exit_key;
 static int key_state;               /* 0 none, 1 creating, 2 ready */
 
-uint32_t sd_self_tid(void)
-{
-    uint32_t t = sd_tc.tid;
-    if (unlikely(!t))
-        t = sd_tc.tid = os_gettid();
-    return t;
-}
-
-void sd_spin_self_deadlock(const sd_spin *l)
+void tcache_deadlock_report(const sd_spin *l)
 {
     if (sd_tc.in_get)
         sd_fatal("get() of cache %s called the allocator (it runs with the "
                  "slab locked and must not allocate or free)",
                  sd_tc.get_cache ? sd_tc.get_cache->name : "?");
-    sd_fatal("slab lock %p taken twice by thread %u", (const void *)l,
-             sd_self_tid());
 }
 
 static size_t ubins_bytes(void)
@@ -487,55 +477,13 @@ void tcache_unlock_registry(int child)
         sd_mutex_unlock(&registry_lock);
 }
 
-/* In the child only the forking thread exists.  The others stopped at
- * whatever instruction they were on, possibly in the middle of moving a
- * slab between their active slot and their ring, or of popping their
- * private list: their tbins cannot be trusted, and walking them (as this
- * once did) could put one slab on two lists.  So their slabs are found
- * from the segments instead, by owner: each is un-owned and settled by
- * its count as any slab (FULL, PARTIAL with its shared freelist, EMPTY).
- * Objects that were on a dead thread's private or local lists stay counted
- * as in use: leaked in the child, a few slabs' worth per thread at most,
- * as jemalloc and glibc leak other threads' caches after fork.  So do
- * the objects a per-CPU refill of a vanished thread held (feeding).  Called
- * with every allocator lock already released. */
-struct adopt {
-    uintptr_t keep;             /* the surviving thread's token */
-    struct sd_list release;     /* slabs that turned out empty */
-};
-
-static void adopt_dead_slab(struct slab *s, void *arg)
-{
-    struct adopt *a = arg;
-    unsigned st = s->state;
-    __atomic_store_n(&s->feeding, 0, __ATOMIC_RELAXED);   /* refills of threads gone */
-    if ((st != SLAB_ACTIVE && st != SLAB_OWNED) || s->owner == a->keep)
-        return;
-    sd_spin_lock(&s->lock);
-    s->local_free = NULL;
-    s->nlocal = 0;
-    int release = cache_slab_settle_locked(s->cache, s, 0);
-    sd_spin_unlock(&s->lock);
-    if (release)                    /* not now: the walk holds segment locks */
-        list_add_tail(&a->release, &s->link);
-}
-
-void tcache_after_fork_child(void)
+void tcache_registry_fork_child(void)
 {
     struct tcache *t = &sd_tc;
-    t->tid = os_gettid();
     sd_mutex_lock(&registry_lock);
     while (!list_empty(&registry))
         list_del(registry.next);
     if (t->state == TC_LIVE)
         list_add_tail(&registry, &t->link);
     sd_mutex_unlock(&registry_lock);
-    struct adopt a = { t->state == TC_LIVE ? t->token : 0, { NULL, NULL } };
-    list_init(&a.release);
-    segment_for_each_slab(adopt_dead_slab, &a, 0);
-    while (!list_empty(&a.release)) {
-        struct slab *s = list_entry(a.release.next, struct slab, link);
-        list_del(&s->link);
-        cache_slab_release(s->cache, s);
-    }
 }

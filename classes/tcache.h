@@ -46,7 +46,6 @@ struct tcache {
                                    under way; high 32, calls that left */
     uint8_t      revoked;       /* the shrinker is taking the bins */
     uintptr_t    token;         /* slab->owner of our active slabs; 1 = none */
-    uint32_t     tid;           /* gettid(), for the slab locks */
     uint8_t      state;         /* enum tc_state */
     uint8_t      in_get;        /* inside a get() callback */
     const struct sd_cache *get_cache;  /* whose get() */
@@ -152,12 +151,16 @@ void tcache_guard_enter(struct tcache_guard *g, const struct sd_cache *c);
 void tcache_guard_leave(struct tcache_guard *g);
 /* Called by slow paths: aborts with a report if inside get(). */
 void tcache_check_get(const char *call);
+/* core/lock.h's self-deadlock hook (set by cache_init): a slab lock taken
+ * twice inside get() is reported as the get() misuse it is. */
+void tcache_deadlock_report(const sd_spin *l);
 
 /* Fork: the reclaim lock (outermost, with pcpu_lock) and the registry. */
 void tcache_lock_reclaim(void);
 void tcache_unlock_reclaim(int child);
 void tcache_lock_registry(void);
 void tcache_unlock_registry(int child);
-void tcache_after_fork_child(void);
+/* Fork child: the registry holds only the surviving thread (if live). */
+void tcache_registry_fork_child(void);
 
 #endif

@@ -1,5 +1,9 @@
 /*
- * core/arena.h - remappable slab memory for meshing (issue 6).
+ * core/arena.h - remappable slab memory for meshing (issue 6): the memfd
+ * arena (core/arena.c), its write barrier (core/barrier.c), the program's
+ * signal calls around the barrier's handler (core/sigchain.c) and the
+ * fork copy (core/forkcopy.c).  "Arena" is the one shared file, not a
+ * jemalloc or glibc arena (those are core/extent.c's kind).
  *
  * With SLABDEFRAG_MESH=1 every segment is carved out of one memfd mapped
  * MAP_SHARED: the segment at address base + off is file offset off, so a
@@ -147,7 +151,12 @@ int arena_mapped(const void *p, size_t len);
 /* System calls arena_barrier_wait() told to retry. */
 unsigned long arena_syscall_retries(void);
 
-/* Fork, called by classes/fork.c with every allocator lock held. */
+/* Fork, called by classes/fork.c with every allocator lock held.  The
+ * child re-creates the mesh aliases on its new file through the function
+ * the meshing layer registers (classes/mesh.c), which alone knows which
+ * slabs are aliases; it runs single-threaded, possibly from the SIGSEGV
+ * handler, and may call arena_alias() only. */
+void arena_set_fork_realias(void (*realias)(void));
 void arena_fork_prepare(void);
 void arena_fork_parent(void);
 void arena_fork_child(void);

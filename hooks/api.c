@@ -20,7 +20,6 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
                               const struct sd_cache_ops *ops,
                               void *(*alloc_struct)(size_t));
 
-#define SD_EXPORT __attribute__((visibility("default")))
 
 /* A cache pointer the caller handed us: one of ours and alive? */
 static struct sd_cache *cache_checked(const sd_cache *s)

@@ -75,6 +75,7 @@
 #include "mesh.h"
 #include "options.h"
 #include "os.h"
+#include "stat.h"
 #include "tcache.h"
 #include "vacate.h"
 
@@ -126,14 +127,6 @@ static int mesh_more;                        /* last mesh pass was cut short */
  * (ms): a pass checks its budget between slabs, and a slab's get()/kick()
  * and a control request can run past it. */
 #define PARK_WAIT_MS 100
-
-static void stat_max(uint64_t *p, uint64_t v)
-{
-    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0,
-                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
-}
 
 void shrinker_note_pass(size_t bytes)
 {

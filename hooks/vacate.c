@@ -18,6 +18,7 @@
  *     back to the tail of the partial list (or FULL).
  * Lock order and slab states: classes/cache.c.
  */
+#include "stat.h"
 #include "vacate.h"
 
 #include <string.h>
@@ -35,14 +36,6 @@
 
 uint64_t vacate_longest_ns;
 uint64_t vacate_longest_pause_ns;
-
-static void stat_max(uint64_t *p, uint64_t v)
-{
-    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0, __ATOMIC_RELAXED,
-                                                   __ATOMIC_RELAXED))
-        ;
-}
 
 /* Put frozen slab s (locked by the caller) back untouched; unlocks it. */
 static void vacate_giveup_locked(struct sd_cache *c, struct slab *s, size_t *released)

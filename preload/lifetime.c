@@ -48,6 +48,7 @@
  * has none of this: there the test program's threads are all there is.
  */
 #define _GNU_SOURCE
+#include "fmt.h"
 #include "lifetime.h"
 
 #include <errno.h>
@@ -59,7 +60,6 @@
 #include "shrinker.h"
 #include "syscalls.h"
 
-#define SD_EXPORT __attribute__((visibility("default")))
 
 typedef int pthread_create_fn(pthread_t *, const pthread_attr_t *, void *(*)(void *),
                               void *);

@@ -42,6 +42,7 @@
 #define _GNU_SOURCE
 #undef _FILE_OFFSET_BITS    /* pread and pread64 are two symbols to define */
 #undef _FORTIFY_SOURCE      /* its inline read() would clash with ours */
+#include "fmt.h"
 #include "syscalls.h"
 
 #include <dlfcn.h>
@@ -57,7 +58,6 @@
 #include "arena.h"
 #include "lock.h"
 
-#define SD_EXPORT __attribute__((visibility("default")))
 #define CONTROL_MAX 512         /* bytes of ancillary data copied through the stack */
 
 /* glibc: exported (GLIBC_2.2.5, GLIBC_2.3.4), not declared. */
