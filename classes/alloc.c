@@ -448,10 +448,9 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
     }
     *got = slab_take_locked(c, s, out, n);
     __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
-    int release = cache_slab_settle_locked(c, s, 0);   /* PARTIAL or FULL */
-    sd_spin_unlock(&s->lock);
-    SD_ASSERT(!release);
-    (void)release;
+    size_t released = cache_slab_settle_unlock(c, s, 0);   /* PARTIAL or FULL */
+    SD_ASSERT(!released);
+    (void)released;
     return s;
 }
 

@@ -401,6 +401,13 @@ int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail)
     return release;
 }
 
+size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail)
+{
+    int release = cache_slab_settle_locked(c, s, tail);
+    sd_spin_unlock(&s->lock);
+    return release ? cache_slab_release(c, s) : 0;
+}
+
 /* ---------------------------------------------------------------- */
 /* Pages of sparse slabs                                             */
 /*

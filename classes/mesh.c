@@ -377,17 +377,12 @@ static int batch_take(struct sd_cache *c, unsigned kind, uint32_t cap)
 static void batch_settle(struct sd_cache *c, struct slab *s)
 {
     sd_spin_lock(&s->lock);
-    int release = 0;
-    if (s->state == SLAB_FROZEN) {
+    if (s->state == SLAB_FROZEN)
         /* To the head: the next batch sees other slabs, and allocation
          * fills the hosts and the slabs that found no partner. */
-        release = cache_slab_settle_locked(c, s, 0);
-        if (release)
-            slab_set_state(s, SLAB_RELEASING);
-    }
-    sd_spin_unlock(&s->lock);
-    if (release)
-        cache_slab_release(c, s);
+        cache_slab_settle_unlock(c, s, 0);
+    else
+        sd_spin_unlock(&s->lock);
 }
 
 /* Returns -1 to stop meshing (map cap), else the meshes made; *more when

@@ -45,22 +45,15 @@ void tcache_deadlock_report(const sd_spin *l)
 
 static size_t ubins_bytes(void)
 {
-    size_t bytes = (SD_MAX_CACHES - SD_NCLASSES) * sizeof(struct tbin);
+    size_t bytes = TC_NUBINS * sizeof(struct tbin);
     return (bytes + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
-}
-
-/* Thread t's bin for cache id, or NULL (a typed cache it never used). */
-static struct tbin *bin_of(struct tcache *t, uint16_t id)
-{
-    return id < SD_NCLASSES ? &t->bins[id]
-         : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
 }
 
 /* This thread's counters into their caches (thread exit). */
 static void stats_fold(struct tcache *t)
 {
     for (unsigned id = 0; id < SD_MAX_CACHES; id++) {
-        struct tbin *b = bin_of(t, (uint16_t)id);
+        struct tbin *b = tcache_bin_of(t, (uint16_t)id);
         struct sd_cache *c = __atomic_load_n(&sd_caches[id], __ATOMIC_ACQUIRE);
         if (!b || !c)
             continue;
@@ -150,13 +143,13 @@ struct tbin *tcache_ubin(uint16_t id)
         if (os_map_aligned(ubins_bytes(), SD_PAGE_SIZE, &m))
             return NULL;
         struct tbin *u = m;
-        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+        for (unsigned i = 0; i < TC_NUBINS; i++)
             list_init(&u[i].owned);
         tcache_enter(t);                /* a reclaim reads t->ubins */
         t->ubins = u;
         tcache_leave(t);
     }
-    return &t->ubins[id - SD_NCLASSES];
+    return tcache_ubin_of(t, id);
 }
 
 /* Put a thread-private list of n objects of s back on its shared freelist
@@ -176,11 +169,8 @@ static void list_splice_free(struct slab *s, void *head, uint32_t n)
 /* Settle a slab that leaves a thread (locked; local list spliced). */
 static void settle_unlock(struct sd_cache *c, struct slab *s)
 {
-    int release = cache_slab_settle_locked(c, s, 0);
-    sd_spin_unlock(&s->lock);
     cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
-    if (release)
-        cache_slab_release(c, s);
+    cache_slab_settle_unlock(c, s, 0);
 }
 
 void tcache_ring_add(struct tcache *t, struct tbin *b, struct slab *s)
@@ -228,7 +218,7 @@ static void flush(struct tcache *t)
     for (unsigned i = 0; i < SD_NCLASSES; i++)
         flush_bin(t, &t->bins[i]);
     if (t->ubins)
-        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+        for (unsigned i = 0; i < TC_NUBINS; i++)
             flush_bin(t, &t->ubins[i]);
 }
 
@@ -244,7 +234,7 @@ void tcache_flush_self_bin(uint16_t id)
 {
     struct tcache *t = &sd_tc;
     tcache_enter(t);
-    struct tbin *b = bin_of(t, id);
+    struct tbin *b = tcache_bin_of(t, id);
     if (b)
         flush_bin(t, b);
     tcache_leave(t);
@@ -256,7 +246,7 @@ void tcache_release_own(struct slab *s)
     tcache_enter(t);
     if (__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token &&
         s->state == SLAB_OWNED) {
-        struct tbin *b = bin_of(t, s->bin);
+        struct tbin *b = tcache_bin_of(t, s->bin);
         if (b)
             tcache_owned_release(t, b, s);
     }
@@ -299,7 +289,7 @@ static int holds_slabs(const struct tcache *t)
         if (t->bins[i].slab || t->bins[i].nowned)
             return 1;
     if (t->ubins)
-        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+        for (unsigned i = 0; i < TC_NUBINS; i++)
             if (t->ubins[i].slab || t->ubins[i].nowned)
                 return 1;
     return 0;
@@ -375,7 +365,7 @@ static unsigned long registry_sum(uint16_t id, size_t off)
     unsigned long n = 0;
     sd_mutex_lock(&registry_lock);
     for (struct sd_list *l = registry.next; l != &registry; l = l->next) {
-        struct tbin *b = bin_of(list_entry(l, struct tcache, link), id);
+        struct tbin *b = tcache_bin_of(list_entry(l, struct tcache, link), id);
         if (b)
             n += __atomic_load_n((uint32_t *)((char *)b + off), __ATOMIC_RELAXED);
     }
@@ -391,7 +381,7 @@ size_t tcache_private_objects(uint16_t id)
 void tcache_stat_hot(struct sd_cache *c, enum sd_stat i)
 {
     struct tcache *t = &sd_tc;
-    struct tbin *b = t->state == TC_LIVE ? bin_of(t, c->id) : NULL;
+    struct tbin *b = t->state == TC_LIVE ? tcache_bin_of(t, c->id) : NULL;
     if (!b) {
         cache_stat_add(c, i, 1);
         return;

@@ -60,6 +60,20 @@ struct tcache {
 
 extern SD_HIDDEN __thread struct tcache sd_tc __attribute__((tls_model("initial-exec")));
 
+/* Typed caches' bins (ids SD_NCLASSES and up) live in t->ubins, mapped on
+ * the thread's first typed allocation: this is the one place that maps a
+ * cache id to its bin there. */
+#define TC_NUBINS (SD_MAX_CACHES - SD_NCLASSES)
+static inline struct tbin *tcache_ubin_of(const struct tcache *t, uint16_t id)
+{
+    return t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
+}
+/* Thread t's bin for cache id, or NULL (a typed cache it never used). */
+static inline struct tbin *tcache_bin_of(struct tcache *t, uint16_t id)
+{
+    return id < SD_NCLASSES ? &t->bins[id] : tcache_ubin_of(t, id);
+}
+
 /* The tbin of cache id for this thread (typed caches: may set up ubins;
  * NULL if that fails or the thread has no cache). */
 struct tbin *tcache_ubin(uint16_t id);

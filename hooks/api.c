@@ -106,7 +106,7 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
         return cache_alloc_fast(c, &sd_tc.bins[c->id]);
     if (sd_pcpu_on && !sd_tc.in_get && pcpu_thread_init())
         return pcpu_alloc(c, c->id, sd_tc.pcpu);
-    struct tbin *b = sd_tc.ubins ? &sd_tc.ubins[c->id - SD_NCLASSES] : NULL;
+    struct tbin *b = tcache_ubin_of(&sd_tc, c->id);
     if (unlikely(!b)) {
         tcache_check_get("sd_cache_alloc");
         b = tcache_ubin(c->id);
