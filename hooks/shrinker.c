@@ -369,6 +369,7 @@ static void wake_thread(void)
  * and the caller's own mask is never touched. */
 static int create_thread_locked(void)
 {
+    SD_ASSERT(sd_mutex_held(&lock));
     static const int synchronous[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
     sigset_t mask;
     sigfillset(&mask);
