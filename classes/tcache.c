@@ -1,6 +1,8 @@
 /*
- * classes/tcache.c - thread caches: set-up, exit, the registry, and the
- * get() guard.
+ * classes/tcache.c - thread caches (per-thread mode): set-up, exit, the
+ * rings, the registry, the shrinker's reclaim of idle threads' slabs, and
+ * the get() guard.  (The locks' thread id is core/thread.h; the fork
+ * child's adoption of dead threads' slabs is classes/fork.c.)
  *
  * A thread's cache is TLS (initial-exec).  It is set up on the thread's
  * first slow path; a pthread key's destructor gives its active slabs back

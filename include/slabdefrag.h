@@ -1,5 +1,5 @@
 /*
- * slabdefrag.h - the one public header of slabdefrag.
+ * include/slabdefrag.h - the one public header of slabdefrag.
  *
  * slabdefrag is a malloc replacement whose every allocation lives in a
  * SLUB-style per-size cache.  Programs that want memory back create typed

@@ -1,7 +1,8 @@
 /*
  * preload/override.c - the libc face: the malloc family under its libc
  * names, the __libc_* aliases glibc programs and libraries call, and
- * nothing else.  Each is a tail call into classes/malloc.c.
+ * nothing else.  Each is a tail call into classes/malloc.c (mallinfo2:
+ * classes/mallinfo.c).  The signal calls are preload/signals.c.
  */
 #define _GNU_SOURCE
 #pragma GCC diagnostic ignored "-Wmissing-attributes"
