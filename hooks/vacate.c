@@ -40,6 +40,7 @@ uint64_t vacate_longest_pause_ns;
 /* Put frozen slab s (locked by the caller) back untouched; unlocks it. */
 static void vacate_giveup_locked(struct sd_cache *c, struct slab *s, size_t *released)
 {
+    SD_ASSERT(sd_spin_held(&s->lock) && s->state == SLAB_FROZEN);
     *released += cache_slab_settle_unlock(c, s, 1);
 }
 

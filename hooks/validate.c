@@ -16,7 +16,9 @@
  * (inuse 0, no freelist, a host that is no alias).  The owner-private
  * counts (nlocal, the private list's nfree) are checked for the calling
  * thread's own slabs, which it reads inside its gate; other threads'
- * are theirs alone (classes/tcache.h).
+ * are theirs alone (classes/tcache.h).  Not checkable here: that a mesh
+ * host's freelist holds only slots free in every alias (an alias records
+ * no live set of its own; the mesh pass checks it when it meshes).
  */
 #include "validate.h"
 

@@ -1,7 +1,7 @@
 /*
  * tests/test_core.c - unit tests of the static core (libsdcore.a): the
  * sdm_* malloc family of classes/sdmalloc.h and the sd_cache_* API of
- * hooks/slabdefrag.h.  The program keeps glibc's malloc; only sdm_* and
+ * include/slabdefrag.h.  The program keeps glibc's malloc; only sdm_* and
  * sd_* reach slabdefrag.  This is what the ASan+UBSan build runs.
  */
 #define _GNU_SOURCE
