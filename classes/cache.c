@@ -186,7 +186,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "arena.h"
+#include "heapfile.h"
 #include "debug.h"
 #include "fmt.h"
 #include "mesh.h"
@@ -478,7 +478,7 @@ size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail)
  * object while the slab itself still does (1408 B in 16 KiB slabs: 11
  * objects, about 3 per page).  Those pages go back to the OS while the
  * slab lives: when a free leaves a PARTIAL slab at most a quarter in use,
- * the pages every object of which is free are purged (arena_purge, under
+ * the pages every object of which is free are purged (heapfile_purge, under
  * the slab lock: a free of the slab waits for the madvise) and their
  * objects leave the freelist, since it lives inside free objects and the
  * purged pages read back as zero.  s->purged records the pages (core/types.h:
@@ -509,7 +509,7 @@ static void slab_purge_pages_locked(struct sd_cache *c, struct slab *s)
     while (pages) {                 /* one call per run of pages */
         unsigned first = (unsigned)__builtin_ctzll(pages);
         unsigned len = (unsigned)__builtin_ctzll(~(pages >> first));
-        arena_purge(s->start + ((size_t)first << SLAB_PAGE_SHIFT),
+        heapfile_purge(s->start + ((size_t)first << SLAB_PAGE_SHIFT),
                     (size_t)len << SLAB_PAGE_SHIFT);
         pages &= len >= 64 ? 0 : ~(((1ULL << len) - 1) << first);
         n += len;

@@ -18,13 +18,13 @@
  * adopt_dead_threads_slabs below).
  * With meshing the arena is a shared mapping: prepare write-protects it
  * last, the child copies it into a fresh memfd first, and the parent
- * waits for that copy before it writes again (core/arena.h).
+ * waits for that copy before it writes again (core/heapfile.h).
  * Layers above (the shrinker, the control socket) register their own child
  * handlers later, so they run after this one.
  */
 #include <pthread.h>
 
-#include "arena.h"
+#include "heapfile.h"
 #include "cache.h"
 #include "large.h"
 #include "pcpu.h"
@@ -87,12 +87,12 @@ static void fork_prepare(void)
     segment_lock_all();
     large_lock_all();
     cache_lock_all();
-    arena_fork_prepare();           /* meshing: write-protect the arena */
+    forkcopy_prepare();           /* meshing: write-protect the arena */
 }
 
 static void fork_parent(void)
 {
-    arena_fork_parent();            /* waits for the child's copy */
+    forkcopy_parent();            /* waits for the child's copy */
     cache_unlock_all(0);
     large_unlock_all(0);
     segment_unlock_all(0);
@@ -105,7 +105,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     sd_thread_fork_child();         /* a new thread id in the child */
-    arena_fork_child();             /* a private copy of the arena */
+    forkcopy_child();             /* a private copy of the arena */
     cache_unlock_all(1);
     large_unlock_all(1);
     segment_unlock_all(1);

@@ -1,11 +1,11 @@
 /*
- * core/barrier.c - the write barrier of the arena: the SIGSEGV handler
+ * core/barrier.c - the write barrier of the heap file: the SIGSEGV handler
  * that parks a writer while a mesh or a fork protects the memory it
  * writes, the protection of one slab for a mesh (userfaultfd or
- * mprotect), and the waits of the system-call wrappers (see arena.h).
+ * mprotect), and the waits of the system-call wrappers (see heapfile.h).
  */
 #define _GNU_SOURCE
-#include "arena.h"
+#include "heapfile.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -13,19 +13,19 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "barrier.h"
+#include "heapfile_internal.h"
 #include "os.h"
 #include "types.h"
 #include "uffd.h"
 
 /* The barrier.  barrier_prot_gen is odd while [barrier_lo, barrier_hi)
- * is read-only.  barrier_gen counts every barrier going up or down (a
+ * is read-only.  barrier_generation counts every barrier going up or down (a
  * mesh's protect, a fork): it is bumped before a barrier is raised and
  * before it is marked lifted, so whoever sees a barrier lifted also sees
  * the bump. */
 uintptr_t barrier_lo, barrier_hi;
 unsigned barrier_prot_gen;
-unsigned barrier_gen;
+unsigned barrier_generation;
 static unsigned long barrier_retries;   /* system calls told to retry */
 static unsigned long fault_waits;
 
@@ -46,7 +46,7 @@ __thread int barrier_mine;              /* this thread raised the barrier */
 /* ---------------------------------------------------------------- */
 /* The SIGSEGV handler                                               */
 
-/* The two waits, shared by the handler and arena_barrier_wait().  They
+/* The two waits, shared by the handler and barrier_wait().  They
  * yield the CPU: a mesh's pause is microseconds, a fork's the time the
  * child takes to copy the heap. */
 static void barrier_wait_fork(void)
@@ -68,7 +68,7 @@ void barrier_segv(int sig, siginfo_t *si, void *uc)
 {
     int saved = errno;
     uintptr_t a = (uintptr_t)si->si_addr;
-    if (si->si_code > 0 && arena_base && a - arena_base < arena_used()) {
+    if (si->si_code > 0 && heapfile_base && a - heapfile_base < heapfile_used()) {
         if (__atomic_load_n(&forkcopy_active, __ATOMIC_ACQUIRE) && forkcopy_step(a, uc)) {
             errno = saved;
             return;
@@ -102,7 +102,7 @@ void barrier_segv(int sig, siginfo_t *si, void *uc)
     sigchain_call(sig, si, uc);
 }
 
-unsigned long arena_fault_waits(void)
+unsigned long barrier_fault_waits(void)
 {
     return __atomic_load_n(&fault_waits, __ATOMIC_RELAXED) +
            __atomic_load_n(&uffd_waits, __ATOMIC_RELAXED);
@@ -139,7 +139,7 @@ static void uffd_failed(const char *what, int err)
                 "barrier from now on", what, err);
 }
 
-int arena_protect_begin(void *p, size_t size)
+int barrier_protect_begin(void *p, size_t size)
 {
     barrier_lo = (uintptr_t)p;
     barrier_hi = (uintptr_t)p + size;
@@ -154,15 +154,15 @@ int arena_protect_begin(void *p, size_t size)
         }
         uffd_failed("write-protect", err);
     }
-    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
     __atomic_fetch_add(&barrier_prot_gen, 1, __ATOMIC_ACQ_REL);        /* odd */
     int err = os_protect(p, size, 0);
     if (err)
-        arena_protect_end();
+        barrier_protect_end();
     return err;
 }
 
-void arena_protect_end(void)
+void barrier_protect_end(void)
 {
     if (barrier_uffd) {
         int err;
@@ -173,16 +173,16 @@ void arena_protect_end(void)
             uffd_failed("release", err);
         barrier_uffd = 0;
     } else {
-        __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
+        __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
         __atomic_fetch_add(&barrier_prot_gen, 1, __ATOMIC_ACQ_REL);    /* even */
     }
     barrier_mine = 0;
     restore_signals();
 }
 
-const char *arena_barrier_name(void)
+const char *barrier_name(void)
 {
-    if (!arena_base)
+    if (!heapfile_base)
         return "none";
     return uffd_ready() ? "uffd" : "mprotect";
 }
@@ -190,9 +190,9 @@ const char *arena_barrier_name(void)
 /* ---------------------------------------------------------------- */
 /* System calls at the barrier                                       */
 
-unsigned arena_barrier_gen(void)
+unsigned barrier_gen(void)
 {
-    return __atomic_load_n(&barrier_gen, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&barrier_generation, __ATOMIC_ACQUIRE);
 }
 
 /* Does [a, a+len) meet [lo, hi)?  (len > 0; a wild a+len saturates.) */
@@ -202,21 +202,21 @@ static int overlaps(uintptr_t a, size_t len, uintptr_t lo, uintptr_t hi)
     return a < hi && end > lo;
 }
 
-/* arena_barrier_wait(), for [a, a+len) or (known 0) any buffer. */
-static int barrier_wait(uintptr_t a, size_t len, int known, unsigned gen)
+/* barrier_wait(), for [a, a+len) or (known 0) any buffer. */
+static int wait_at_barrier(uintptr_t a, size_t len, int known, unsigned gen)
 {
-    if (!arena_base || barrier_mine ||
-        (known && (!len || !overlaps(a, len, arena_base, arena_base + arena_used()))))
+    if (!heapfile_base || barrier_mine ||
+        (known && (!len || !overlaps(a, len, heapfile_base, heapfile_base + heapfile_used()))))
         return 0;                       /* (a signal handler on the mesher: EFAULT) */
     int saved = errno, retry = 1;
     /* The flags before the generation: a barrier seen lifted has its
-     * bump visible (barrier_gen is bumped before the flag is cleared). */
+     * bump visible (barrier_generation is bumped before the flag is cleared). */
     if (__atomic_load_n(&forkcopy_active, __ATOMIC_ACQUIRE)) {
         barrier_wait_fork();                    /* the whole arena: ours for sure */
     } else {
         unsigned pg = __atomic_load_n(&barrier_prot_gen, __ATOMIC_ACQUIRE);
         uintptr_t lo = barrier_lo, hi = barrier_hi;
-        unsigned now = __atomic_load_n(&barrier_gen, __ATOMIC_ACQUIRE);
+        unsigned now = __atomic_load_n(&barrier_generation, __ATOMIC_ACQUIRE);
         if (pg & 1) {
             /* One range, up since before the call and no other barrier
              * meanwhile: if it misses the buffer, the fault is not ours. */
@@ -235,17 +235,17 @@ static int barrier_wait(uintptr_t a, size_t len, int known, unsigned gen)
     return retry;
 }
 
-int arena_barrier_wait(const void *buf, size_t len, unsigned gen)
+int barrier_wait(const void *buf, size_t len, unsigned gen)
 {
-    return barrier_wait((uintptr_t)buf, len, 1, gen);
+    return wait_at_barrier((uintptr_t)buf, len, 1, gen);
 }
 
-int arena_barrier_wait_any(unsigned gen)
+int barrier_wait_any(unsigned gen)
 {
-    return barrier_wait(0, 0, 0, gen);
+    return wait_at_barrier(0, 0, 0, gen);
 }
 
-unsigned long arena_syscall_retries(void)
+unsigned long barrier_syscall_retries(void)
 {
     return __atomic_load_n(&barrier_retries, __ATOMIC_RELAXED);
 }

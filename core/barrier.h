@@ -1,47 +1,43 @@
 /*
- * core/barrier.h - state shared by the four files behind arena.h, and by
- * no other file: the memfd arena (arena.c), its write barrier
- * (barrier.c), the program's signal calls around our handler
- * (sigchain.c) and the fork copy (forkcopy.c).
+ * core/barrier.h - the heap file's write barrier (core/barrier.c): a mesh's
+ * protected range, and the waits of the system calls that meet it.
+ * The design: core/heapfile.h.
  */
 #ifndef SD_CORE_BARRIER_H
 #define SD_CORE_BARRIER_H
 
-#include <signal.h>
 #include <stddef.h>
-#include <stdint.h>
-#include <sys/types.h>
 
-#include "fmt.h"
+/* Write-protect [p, p+size) while its contents are copied; writers wait
+ * until barrier_protect_end() (after the range was remapped read-write):
+ * in the kernel with the userfaultfd barrier, in the SIGSEGV handler with
+ * mprotect.  The calling thread's asynchronous signals are blocked in
+ * between.  One protected range at a time (the caller serialises). */
+int barrier_protect_begin(void *p, size_t size);
+void barrier_protect_end(void);
+/* The barrier a mesh uses now: "uffd", "mprotect" (or "none": no arena). */
+const char *barrier_name(void);
+/* Writers that waited in the handler (faults absorbed). */
+unsigned long barrier_fault_waits(void);
 
-/* glibc's sigaction, below the exported one the preload layer wraps. */
-extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+/* A system call that writes into user memory, under the barrier (the
+ * preload layer; any thread, also a signal handler; no allocation).
+ * gen = barrier_gen() before the call; if the call fails with EFAULT,
+ * barrier_wait(buf, len, gen) returns 1 when [buf, buf+len) meets the
+ * arena and a barrier that may have covered it was up at some moment since
+ * gen was read - it has waited until none is: retry the call (reading the
+ * generation again) - and 0 otherwise: a genuine EFAULT, to be returned as
+ * it is.  Never waits with meshing off, nor in the thread that raised the
+ * barrier (a signal handler interrupting the mesher or the forking thread:
+ * it would wait for itself).  errno is preserved.
+ * barrier_wait_any() is the same when the buffers are not known (an
+ * iovec array the caller must not read: it may be the bad pointer): any
+ * barrier since gen counts. */
+unsigned barrier_gen(void);
+int barrier_wait(const void *buf, size_t len, unsigned gen);
+int barrier_wait_any(unsigned gen);
+/* System calls barrier_wait() told to retry. */
+unsigned long barrier_syscall_retries(void);
 
-/* arena.c */
-extern SD_HIDDEN int arena_fd;                  /* the memfd, -1 without */
-size_t arena_used(void);                        /* bytes of it handed out */
-
-/* barrier.c: a mesh's protected range and the generations (barrier.c
- * says how they move); the handler and the waits. */
-extern SD_HIDDEN uintptr_t barrier_lo, barrier_hi;
-extern SD_HIDDEN unsigned barrier_prot_gen;
-extern SD_HIDDEN unsigned barrier_gen;
-extern SD_HIDDEN int barrier_uffd, barrier_remapped;
-extern SD_HIDDEN __thread int barrier_mine;     /* this thread raised one */
-void barrier_segv(int sig, siginfo_t *si, void *uc);
-
-/* sigchain.c: our handler's installation and the program's handler. */
-extern SD_HIDDEN int sigchain_handler_on;
-int sigchain_install(void);                     /* 0 or errno */
-void sigchain_call(int sig, siginfo_t *si, void *uc);
-
-/* forkcopy.c: the fork barrier's state while a fork is under way. */
-extern SD_HIDDEN int forkcopy_active, forkcopy_protected;
-extern SD_HIDDEN pid_t forkcopy_pid;
-extern SD_HIDDEN uint32_t forkcopy_tid;
-/* Let the forking thread's own write through (1), or not (0). */
-int forkcopy_step(uintptr_t a, void *uc);
-/* The child's copy of the arena (once; single-threaded). */
-void forkcopy_child_copy(void);
 
 #endif

@@ -2,10 +2,10 @@
  * core/forkcopy.c - fork with a meshing arena: the parent's arena is
  * write-protected across the fork, the child copies it into a fresh memfd
  * and re-creates the mesh aliases, and the parent waits for that copy
- * before it writes again (see arena.h, "Fork").
+ * before it writes again (see heapfile.h, "Fork").
  */
 #define _GNU_SOURCE
-#include "arena.h"
+#include "heapfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#include "barrier.h"
+#include "heapfile_internal.h"
 #include "os.h"
 #include "types.h"
 #include "segment.h"
@@ -30,9 +30,9 @@ static struct sigaction step_old;       /* SIGTRAP's action meanwhile */
 static int step_unblocked;              /* SIGTRAP was blocked: block again */
 static int fork_pipe[2] = { -1, -1 };
 static int child_done;
-static void (*child_realias)(void);     /* arena_set_fork_realias */
+static void (*child_realias)(void);     /* forkcopy_set_realias */
 
-void arena_set_fork_realias(void (*realias)(void))
+void forkcopy_set_realias(void (*realias)(void))
 {
     child_realias = realias;
 }
@@ -84,28 +84,28 @@ int forkcopy_step(uintptr_t a, void *ucv)
 int forkcopy_step(uintptr_t a, void *ucv) { return 0; }
 #endif
 
-void arena_fork_prepare(void)
+void forkcopy_prepare(void)
 {
-    if (!arena_base)
+    if (!heapfile_base)
         return;
     if (pipe2(fork_pipe, O_CLOEXEC))
         fork_pipe[0] = fork_pipe[1] = -1;
     forkcopy_pid = getpid();
     forkcopy_tid = os_gettid();
     child_done = 0;
-    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
     barrier_mine = 1;
     __atomic_store_n(&forkcopy_active, 1, __ATOMIC_RELEASE);
     /* Without our handler a writer would crash: then copy unprotected
      * (the child may see writes the parent's other threads make while it
-     * copies; documented in arena.h's caller, classes/mesh.c). */
-    forkcopy_protected = arena_handler_ours() && fork_pipe[0] >= 0 &&
-                     os_protect((void *)arena_base, arena_used(), 0) == 0;
+     * copies; documented in heapfile.h's caller, classes/mesh.c). */
+    forkcopy_protected = sigchain_handler_ours() && fork_pipe[0] >= 0 &&
+                     os_protect((void *)heapfile_base, heapfile_used(), 0) == 0;
 }
 
-void arena_fork_parent(void)
+void forkcopy_parent(void)
 {
-    if (!arena_base)
+    if (!heapfile_base)
         return;
     if (fork_pipe[1] >= 0) {
         close(fork_pipe[1]);
@@ -116,10 +116,10 @@ void arena_fork_parent(void)
     }
     fork_pipe[0] = fork_pipe[1] = -1;
     if (forkcopy_protected) {
-        os_protect((void *)arena_base, arena_used(), 1);
+        os_protect((void *)heapfile_base, heapfile_used(), 1);
         segment_guard_all(1);           /* the fork handler holds the kind locks */
     }
-    __atomic_fetch_add(&barrier_gen, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
     barrier_mine = 0;
 }
@@ -132,19 +132,19 @@ void forkcopy_child_copy(void)
         return;
     child_done = 1;
     int fd;
-    size_t used = arena_used();
-    if (os_memfd(ARENA_SIZE, &fd) ||
-        os_copy_file_data(arena_fd, fd, used) ||
-        os_map_shared_fixed((void *)arena_base, used, fd, 0))
+    size_t used = heapfile_used();
+    if (os_memfd(HEAPFILE_SIZE, &fd) ||
+        os_copy_file_data(heapfile_fd, fd, used) ||
+        os_map_shared_fixed((void *)heapfile_base, used, fd, 0))
         sd_fatal("fork: cannot copy the mesh arena for the child (errno %d)", errno);
-    int old = arena_fd;
-    arena_fd = fd;
+    int old = heapfile_fd;
+    heapfile_fd = fd;
     if (child_realias)
         child_realias();
     segment_guard_all(1);
     uffd_fork_child();                  /* the inherited one is the parent's */
     if (uffd_ready())
-        uffd_register((void *)arena_base, used);   /* the new mappings */
+        uffd_register((void *)heapfile_base, used);   /* the new mappings */
     close(old);
     if (fork_pipe[1] >= 0) {
         char c = 1;
@@ -157,8 +157,8 @@ void forkcopy_child_copy(void)
     barrier_mine = 0;
 }
 
-void arena_fork_child(void)
+void forkcopy_child(void)
 {
-    if (arena_base)
+    if (heapfile_base)
         forkcopy_child_copy();
 }

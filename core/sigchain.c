@@ -2,10 +2,10 @@
  * core/sigchain.c - the program's signal calls while our SIGSEGV handler
  * is installed: its SIGSEGV handler is chained behind ours, SIGSEGV stays
  * unblocked, and a signal stack inside the arena is replaced by a private
- * one (see arena.h: arena_sigaction, arena_sigmask, arena_sigaltstack).
+ * one (see sigchain.h).
  */
 #define _GNU_SOURCE
-#include "arena.h"
+#include "heapfile.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "barrier.h"
+#include "heapfile_internal.h"
 #include "lock.h"
 #include "os.h"
 #include "types.h"
@@ -61,12 +61,12 @@ void sigchain_call(int sig, siginfo_t *si, void *uc)
         raise(sig);
 }
 
-/* The signal stack standing in for this thread's own (arena_sigaltstack):
+/* The signal stack standing in for this thread's own (sigchain_sigaltstack):
  * the program's stack, its size, and our mapping. */
 static __thread void *alt_theirs, *alt_ours;
 static __thread size_t alt_theirs_size, alt_ours_size;
 
-int arena_sigaltstack(const stack_t *ss, stack_t *old)
+int sigchain_sigaltstack(const stack_t *ss, stack_t *old)
 {
     stack_t cur;
     if (syscall(SYS_sigaltstack, NULL, &cur))
@@ -81,8 +81,8 @@ int arena_sigaltstack(const stack_t *ss, stack_t *old)
     if (!ss)
         return 0;
     uintptr_t p = (uintptr_t)ss->ss_sp;
-    int inside = arena_base && !(ss->ss_flags & SS_DISABLE) &&
-                 p < arena_base + ARENA_SIZE && p + ss->ss_size > arena_base;
+    int inside = heapfile_base && !(ss->ss_flags & SS_DISABLE) &&
+                 p < heapfile_base + HEAPFILE_SIZE && p + ss->ss_size > heapfile_base;
     void *m = NULL;
     size_t msize = (ss->ss_size + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
     stack_t mine = *ss;
@@ -112,7 +112,7 @@ int arena_sigaltstack(const stack_t *ss, stack_t *old)
     return 0;
 }
 
-int arena_handler_ours(void)
+int sigchain_handler_ours(void)
 {
     if (!__atomic_load_n(&sigchain_handler_on, __ATOMIC_ACQUIRE))
         return 0;
@@ -122,7 +122,7 @@ int arena_handler_ours(void)
     return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == barrier_segv;
 }
 
-int arena_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+int sigchain_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
     if (sig != SIGSEGV || !__atomic_load_n(&sigchain_handler_on, __ATOMIC_ACQUIRE))
         return __sigaction(sig, act, old);
@@ -135,7 +135,7 @@ int arena_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
     return 0;
 }
 
-int arena_sigmask(int how, const sigset_t *set, sigset_t *old)
+int sigchain_sigmask(int how, const sigset_t *set, sigset_t *old)
 {
     sigset_t copy;
     if (set && how != SIG_UNBLOCK) {

@@ -33,7 +33,7 @@
  *     SIGFPE, SIGILL, SIGTRAP, SIGSYS) stay unblocked: a fault with its
  *     signal blocked kills the process, and this thread writes the heap,
  *     where the mesh and fork write barrier parks writers in a SIGSEGV
- *     handler (core/arena.h).  glibc keeps its own SIGCANCEL and SIGSETXID
+ *     handler (core/heapfile.h).  glibc keeps its own SIGCANCEL and SIGSETXID
  *     unblocked whatever the mask says.
  *   - Life.  glibc ends a process with exit(0) when its last thread ends
  *     (main having called pthread_exit), and this thread would be the

@@ -1,7 +1,7 @@
 /*
  * preload/signals.c - the signal calls the mesh barrier needs to see:
  * sigaction, signal, sigprocmask, pthread_sigmask and sigaltstack under
- * their libc names, each a call into core/sigchain.c (core/arena.h says
+ * their libc names, each a call into core/sigchain.c (core/heapfile.h says
  * why each is wrapped).
  */
 #define _GNU_SOURCE
@@ -9,24 +9,24 @@
 #include <signal.h>
 #include <string.h>
 
-#include "arena.h"
+#include "heapfile.h"
 #include "fmt.h"
 
-/* SIGSEGV belongs to the mesh barrier while meshing is on (core/arena.h):
+/* SIGSEGV belongs to the mesh barrier while meshing is on (core/heapfile.h):
  * a program's handler is chained behind ours, as Mesh does.  Every other
  * signal, and SIGSEGV with meshing off, goes straight to libc.  The signal
- * masks keep SIGSEGV unblocked while meshing is on (arena_sigmask). */
+ * masks keep SIGSEGV unblocked while meshing is on (sigchain_sigmask). */
 SD_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
-    return arena_sigaction(sig, act, old);
+    return sigchain_sigaction(sig, act, old);
 }
 SD_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
 {
-    return arena_sigmask(how, set, old);
+    return sigchain_sigmask(how, set, old);
 }
 SD_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 {
-    int err = arena_sigmask(how, set, old);
+    int err = sigchain_sigmask(how, set, old);
     if (err) {
         errno = err;
         return -1;
@@ -35,7 +35,7 @@ SD_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 }
 SD_EXPORT int sigaltstack(const stack_t *ss, stack_t *old)
 {
-    return arena_sigaltstack(ss, old);
+    return sigchain_sigaltstack(ss, old);
 }
 SD_EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
@@ -44,7 +44,7 @@ SD_EXPORT sighandler_t signal(int sig, sighandler_t h)
     sa.sa_handler = h;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;           /* BSD semantics, as glibc's signal() */
-    if (arena_sigaction(sig, &sa, &old) < 0)
+    if (sigchain_sigaction(sig, &sa, &old) < 0)
         return SIG_ERR;
     return old.sa_handler;
 }
