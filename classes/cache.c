@@ -186,9 +186,9 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "heapfile.h"
 #include "debug.h"
 #include "fmt.h"
+#include "heapfile.h"
 #include "mesh.h"
 #include "options.h"
 #include "os.h"

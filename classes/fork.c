@@ -9,14 +9,14 @@
  *
  * prepare takes every allocator lock in the documented order
  * (classes/cache.c): the reclaim and drain locks, the cache registry, the
- * thread registry, the segment and large-block leaves (huge blocks, extent
- * arenas, per-CPU stashes of freed extents: core/large.c), every slab
- * lock, every cache list lock.  The
- * parent releases them.  The child resets them (it runs as a new tid) and
+ * thread registry, the segment kind locks and the large-block leaves
+ * (huge blocks, extent arenas, per-CPU stashes of freed extents:
+ * core/large.c), every slab lock, every cache list lock.  The parent
+ * releases them.  The child resets them (it runs as a new tid) and
  * adopts the slabs of the threads that did not survive the fork (found by
  * owner in the segments: their per-thread lists may be half updated; see
  * adopt_dead_threads_slabs below).
- * With meshing the arena is a shared mapping: prepare write-protects it
+ * With meshing the heap file is a shared mapping: prepare write-protects it
  * last, the child copies it into a fresh memfd first, and the parent
  * waits for that copy before it writes again (core/heapfile.h).
  * Layers above (the shrinker, the control socket) register their own child
@@ -24,8 +24,8 @@
  */
 #include <pthread.h>
 
-#include "heapfile.h"
 #include "cache.h"
+#include "forkcopy.h"
 #include "large.h"
 #include "pcpu.h"
 #include "segment.h"

@@ -112,11 +112,11 @@
 
 #include <string.h>
 
-#include "heapfile.h"
 #include "alloc.h"
+#include "heapfile.h"
 #include "options.h"
-#include "pcpu.h"
 #include "os.h"
+#include "pcpu.h"
 #include "segment.h"
 #include "slab.h"
 

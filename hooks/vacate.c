@@ -18,7 +18,6 @@
  *     back to the tail of the partial list (or FULL).
  * Lock order and slab states: classes/cache.c.
  */
-#include "stat.h"
 #include "vacate.h"
 
 #include <string.h>
@@ -32,6 +31,7 @@
 #include "pcpu.h"
 #include "slab.h"
 #include "slabdefrag.h"
+#include "stat.h"
 #include "tcache.h"
 
 uint64_t vacate_longest_ns;

@@ -48,13 +48,13 @@
  * has none of this: there the test program's threads are all there is.
  */
 #define _GNU_SOURCE
-#include "fmt.h"
 #include "lifetime.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <threads.h>
 
+#include "fmt.h"
 #include "lock.h"
 #include "sdmalloc.h"
 #include "shrinker.h"

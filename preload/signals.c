@@ -9,8 +9,8 @@
 #include <signal.h>
 #include <string.h>
 
-#include "heapfile.h"
 #include "fmt.h"
+#include "sigchain.h"
 
 /* SIGSEGV belongs to the mesh barrier while meshing is on (core/heapfile.h):
  * a program's handler is chained behind ours, as Mesh does.  Every other

@@ -42,7 +42,6 @@
 #define _GNU_SOURCE
 #undef _FILE_OFFSET_BITS    /* pread and pread64 are two symbols to define */
 #undef _FORTIFY_SOURCE      /* its inline read() would clash with ours */
-#include "fmt.h"
 #include "syscalls.h"
 
 #include <dlfcn.h>
@@ -55,6 +54,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "barrier.h"
+#include "fmt.h"
 #include "heapfile.h"
 #include "lock.h"
 
