@@ -37,6 +37,127 @@ static void activate_unlock(struct tbin *b, struct slab *s)
     sd_spin_unlock(&s->lock);
 }
 
+/* The refill steps of cache_alloc_slow, in the order it tries them; each
+ * fills b's private list (and returns 1) or leaves it empty (0).  Inlined
+ * into their one caller, so the slow path is one function as before. */
+#define REFILL_STEP static inline __attribute__((always_inline))
+
+/* 1. Our own frees, no lock: from the slab that has the most of them,
+ * the active one or one on the ring.  Taking the first slab with any
+ * would refill a handful of objects at a time once the frees spread
+ * over the ring (a random-replacement workload over k slabs yields
+ * about slack/k per refill with "most", 1-3 with "first").  A ring slab
+ * becomes the active one; the old active one goes to the ring. */
+REFILL_STEP int refill_own_frees(struct tcache *t, struct tbin *b)
+{
+    struct slab *s = b->slab;
+    struct slab *best = s && s->nlocal ? s : NULL;
+    uint32_t most = best ? s->nlocal : 0;
+    for (struct sd_list *l = b->owned.next; l != &b->owned; l = l->next) {
+        struct slab *o = list_entry(l, struct slab, link);
+        if (o->nlocal > most) {
+            best = o;
+            most = o->nlocal;
+        }
+    }
+    if (best && best == s) {
+        b->free = s->local_free;
+        b->nfree = s->nlocal;
+        s->local_free = NULL;
+        s->nlocal = 0;
+        return 1;
+    }
+    if (!best)
+        return 0;
+    list_del(&best->link);              /* off the ring first: the */
+    b->nowned--;                        /* budget may release one */
+    t->ring_bytes -= seg_kind_bytes(best->kind);
+    if (s) {                            /* to the ring, still ours */
+        sd_spin_lock(&s->lock);
+        slab_set_state(s, SLAB_OWNED);
+        sd_spin_unlock(&s->lock);
+        tcache_ring_add(t, b, s);
+    }
+    sd_spin_lock(&best->lock);
+    b->free = best->local_free;
+    b->nfree = best->nlocal;
+    best->local_free = NULL;
+    best->nlocal = 0;
+    slab_set_state(best, SLAB_ACTIVE);
+    b->slab = best;
+    sd_spin_unlock(&best->lock);
+    return 1;
+}
+
+/* 2. Other threads' frees into the active slab (its shared freelist,
+ * under its lock).  A full active slab goes to the ring, still owned, so
+ * that this thread's frees into it stay lock-free. */
+REFILL_STEP int refill_active_remote_frees(struct tcache *t, struct tbin *b)
+{
+    struct slab *s = b->slab;
+    if (!s)
+        return 0;
+    sd_spin_lock(&s->lock);
+    if (s->freelist) {
+        b->free = s->freelist;
+        b->nfree = s->capacity - s->inuse;
+        s->freelist = NULL;
+        s->inuse = s->capacity;
+        sd_spin_unlock(&s->lock);
+        return 1;
+    }
+    slab_set_state(s, SLAB_OWNED);
+    sd_spin_unlock(&s->lock);
+    b->slab = NULL;
+    tcache_ring_add(t, b, s);
+    return 0;
+}
+
+/* 3. No own frees anywhere: a ring slab with frees from other threads
+ * (its shared freelist, under its lock) becomes active again. */
+REFILL_STEP int refill_ring_remote_frees(struct tcache *t, struct tbin *b)
+{
+    for (struct sd_list *l = b->owned.next; l != &b->owned; l = l->next) {
+        struct slab *o = list_entry(l, struct slab, link);
+        /* A look without the lock first: other threads' frees keep these
+         * lines busy, and a trylock per ring slab bounced them all. */
+        if (!__atomic_load_n(&o->freelist, __ATOMIC_RELAXED) || !sd_spin_trylock(&o->lock))
+            continue;
+        if (!o->freelist) {
+            sd_spin_unlock(&o->lock);
+            continue;
+        }
+        list_del(&o->link);
+        b->nowned--;
+        t->ring_bytes -= seg_kind_bytes(o->kind);
+        b->free = o->freelist;
+        b->nfree = o->capacity - o->inuse;
+        o->freelist = NULL;
+        o->inuse = o->capacity;
+        slab_set_state(o, SLAB_ACTIVE);
+        b->slab = o;
+        sd_spin_unlock(&o->lock);
+        return 1;
+    }
+    return 0;
+}
+
+/* 4. From the cache: a partial slab (or a retained empty one), else a new
+ * slab, becomes the active one.  0 when out of memory. */
+REFILL_STEP int refill_from_cache(struct sd_cache *c, struct tbin *b)
+{
+    cache_decay_tick();
+    struct slab *s = cache_partial_take(c);
+    if (!s) {
+        s = cache_slab_new(c);
+        if (!s)
+            return 0;
+        sd_spin_lock(&s->lock);
+    }
+    activate_unlock(b, s);
+    return 1;
+}
+
 void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
 {
     struct tcache *t = &sd_tc;
@@ -60,102 +181,11 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
             return cache_alloc_direct(c, NULL, 0);
     }
     cache_stat_hot(c, SD_STAT_ALLOC_REFILL, 1);
-
-    struct slab *s = b->slab;
-    /* Our own frees, no lock: from the slab that has the most of them,
-     * the active one or one on the ring.  Taking the first slab with any
-     * would refill a handful of objects at a time once the frees spread
-     * over the ring (a random-replacement workload over k slabs yields
-     * about slack/k per refill with "most", 1-3 with "first"). */
-    struct slab *best = s && s->nlocal ? s : NULL;
-    uint32_t most = best ? s->nlocal : 0;
-    for (struct sd_list *l = b->owned.next; l != &b->owned; l = l->next) {
-        struct slab *o = list_entry(l, struct slab, link);
-        if (o->nlocal > most) {
-            best = o;
-            most = o->nlocal;
-        }
-    }
-    if (best && best == s) {
-        b->free = s->local_free;
-        b->nfree = s->nlocal;
-        s->local_free = NULL;
-        s->nlocal = 0;
+    if (refill_own_frees(t, b) || refill_active_remote_frees(t, b) ||
+        refill_ring_remote_frees(t, b) || refill_from_cache(c, b))
         return cache_alloc_fast(c, b);
-    }
-    if (best) {
-        list_del(&best->link);              /* off the ring first: the */
-        b->nowned--;                        /* budget may release one */
-        t->ring_bytes -= seg_kind_bytes(best->kind);
-        if (s) {                            /* to the ring, still ours */
-            sd_spin_lock(&s->lock);
-            slab_set_state(s, SLAB_OWNED);
-            sd_spin_unlock(&s->lock);
-            tcache_ring_add(t, b, s);
-        }
-        sd_spin_lock(&best->lock);
-        b->free = best->local_free;
-        b->nfree = best->nlocal;
-        best->local_free = NULL;
-        best->nlocal = 0;
-        slab_set_state(best, SLAB_ACTIVE);
-        b->slab = best;
-        sd_spin_unlock(&best->lock);
-        return cache_alloc_fast(c, b);
-    }
-    if (s) {
-        sd_spin_lock(&s->lock);
-        if (s->freelist) {                  /* frees from other threads */
-            b->free = s->freelist;
-            b->nfree = s->capacity - s->inuse;
-            s->freelist = NULL;
-            s->inuse = s->capacity;
-            sd_spin_unlock(&s->lock);
-            return cache_alloc_fast(c, b);
-        }
-        /* Full: keep owning it on the ring, so that this thread's frees
-         * into it stay lock-free. */
-        slab_set_state(s, SLAB_OWNED);
-        sd_spin_unlock(&s->lock);
-        b->slab = NULL;
-        tcache_ring_add(t, b, s);
-    }
-    /* No own frees anywhere: a ring slab with frees from other threads
-     * (its shared freelist, under its lock) becomes active again. */
-    for (struct sd_list *l = b->owned.next; l != &b->owned; l = l->next) {
-        struct slab *o = list_entry(l, struct slab, link);
-        /* A look without the lock first: other threads' frees keep these
-         * lines busy, and a trylock per ring slab bounced them all. */
-        if (!__atomic_load_n(&o->freelist, __ATOMIC_RELAXED) || !sd_spin_trylock(&o->lock))
-            continue;
-        if (!o->freelist) {
-            sd_spin_unlock(&o->lock);
-            continue;
-        }
-        list_del(&o->link);
-        b->nowned--;
-        t->ring_bytes -= seg_kind_bytes(o->kind);
-        b->free = o->freelist;
-        b->nfree = o->capacity - o->inuse;
-        o->freelist = NULL;
-        o->inuse = o->capacity;
-        slab_set_state(o, SLAB_ACTIVE);
-        b->slab = o;
-        sd_spin_unlock(&o->lock);
-        return cache_alloc_fast(c, b);
-    }
-    cache_decay_tick();
-    s = cache_partial_take(c);
-    if (!s) {
-        s = cache_slab_new(c);
-        if (!s) {
-            errno = ENOMEM;
-            return NULL;
-        }
-        sd_spin_lock(&s->lock);
-    }
-    activate_unlock(b, s);
-    return cache_alloc_fast(c, b);
+    errno = ENOMEM;
+    return NULL;
 }
 
 static void *partial_pop_locked(struct sd_cache *c, struct slab *s);
@@ -223,6 +253,7 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
 /* Pop one object of partial slab s (slab and list locked). */
 static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
 {
+    SD_ASSERT(sd_spin_held(&s->lock));
     void *p = s->freelist;
     s->freelist = slab_get_next(s, p);
     if (!s->freelist)
@@ -384,6 +415,7 @@ void free_not_slab(void *p, const char *call)
 static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
                                  unsigned n)
 {
+    SD_ASSERT(sd_spin_held(&s->lock));
     unsigned k = 0;
     while (k < n && (s->freelist || cache_slab_unpurge_locked(c, s))) {
         void *p = s->freelist;
@@ -448,10 +480,9 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
     }
     *got = slab_take_locked(c, s, out, n);
     __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
-    int release = cache_slab_settle_locked(c, s, 0);   /* PARTIAL or FULL */
-    sd_spin_unlock(&s->lock);
-    SD_ASSERT(!release);
-    (void)release;
+    size_t released = cache_slab_settle_unlock(c, s, 0);   /* PARTIAL or FULL */
+    SD_ASSERT(!released);
+    (void)released;
     return s;
 }
 

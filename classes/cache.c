@@ -11,7 +11,9 @@
  *   per-thread  (no rseq, or SLABDEFRAG_PERCPU=0) each thread owns an
  *               active slab and a ring per cache (classes/tcache.h).
  *
- * Lock order (outer first)
+ * Lock order (outer first).  A thread holding one of these only waits
+ * for locks below it; "tried" means a trylock that gives up, which may
+ * go against the order.
  *
  *   0. reclaim_lock (sd_mutex, per-thread mode, classes/tcache.c)  held
  *                              by whoever takes idle threads' active slabs
@@ -26,9 +28,33 @@
  *                              other CPUs' stacks (lock every header, one
  *                              membarrier fence, return the objects).  A
  *                              drain returns objects under the locks
- *                              below; nothing takes pcpu_lock while
- *                              holding another allocator lock.
- *   1. slab->lock (sd_spin)    a slab's shared freelist, inuse, state,
+ *                              below; cache_usage holds it across its walk
+ *                              of the segments.  Nothing takes pcpu_lock
+ *                              while holding another allocator lock.
+ *      mesh_lock (classes/mesh.c) serialises mesh passes; taken with no
+ *                              other allocator lock held (see below).
+ *   1. sd_caches_lock (sd_mutex, this file)  the cache registry
+ *                              sd_caches[]: set-up (cache_init, which also
+ *                              decides the per-CPU mode and sets up the
+ *                              mesh arena under it), typed cache creation,
+ *                              merging and destruction.  Held across an
+ *                              allocation: cache_create allocates the new
+ *                              struct sd_cache (sdm_malloc from the API)
+ *                              with it held, so every lock below may be
+ *                              taken under it.  fork takes it right after
+ *                              reclaim_lock and pcpu_lock.
+ *   2. segment kind locks      a kind's segments and their free slots.
+ *      (core/segment.c)        Taken with no slab or list lock held (slabs
+ *                              are created and released unlocked).  Three
+ *                              walkers hold them across a walk of every
+ *                              slab (segment_for_each_slab) and take slab
+ *                              locks under them: cache_usage (slab lock),
+ *                              the validator (slab lock; hooks/validate.c)
+ *                              and the fork child's adoption of dead
+ *                              threads' slabs (slab lock, then list lock;
+ *                              classes/fork.c).  fork's prepare also takes
+ *                              every slab lock under them (locked walk).
+ *   3. slab->lock (sd_spin)    a slab's shared freelist, inuse, state,
  *                              owner and purged pages.  Held for a few
  *                              instructions; across a get() callback only
  *                              while vacating; across the madvise of a
@@ -36,16 +62,20 @@
  *                              meshing, one eventfd write to nudge the
  *                              shrinker) on the free path, see "Pages of
  *                              sparse slabs" below.
- *   2. cache->list_lock        the cache's partial and empty lists.  Taken
+ *   4. cache->list_lock        the cache's partial and empty lists.  Taken
  *                              inside a slab lock when a free moves a slab
  *                              between lists.  While holding it, slab locks
  *                              are only ever *tried* (partial refill,
- *                              shrink), never waited for.
- *   3. segment kind locks,     leaves: taken with no other allocator lock
- *      the huge-block lock,    held (slabs are created and released with
- *      the extent arena locks, no slab or list lock held; an arena lock
- *      the extent stash locks, and a stash lock are never held together:
- *      the thread registry     core/extent.c, core/large.c).
+ *                              shrink, the validator's list walk), never
+ *                              waited for.
+ *   5. leaves: the huge-block  taken with no other allocator lock held,
+ *      lock, the extent arena  and nothing is taken under them (an arena
+ *      locks, the extent stash lock and a stash lock are never held
+ *      locks, the thread       together: core/extent.c, core/large.c; the
+ *      registry                registry is walked under reclaim_lock or
+ *                              alone, and fork takes it before the
+ *                              segment locks only because nothing waits
+ *                              under it).
  *
  * mesh_lock (classes/mesh.c) serialises mesh passes and is taken with no
  * other allocator lock held; under it a pass takes list locks and slab
@@ -59,14 +89,16 @@
  * without the lock, by the owner deciding which ring slab to lock (a
  * relaxed peek; the remote free stores it relaxed under the lock).  A
  * fork child therefore never trusts another thread's tbin: it finds that
- * thread's slabs by owner (classes/tcache.c).
+ * thread's slabs by owner (classes/fork.c).
  *
- * The fork handler takes reclaim_lock and pcpu_lock first (no reclaim
- * and no drain is half done in the child; the stacks themselves are
- * consistent at every instant, each sequence committing with one store),
- * then the leaves (nobody holding one waits for anything), then every
- * slab lock (nobody holding a slab lock waits for a leaf), then every
- * list lock (holders of a list lock only try slab locks).
+ * The fork handler (classes/fork.c) takes reclaim_lock and pcpu_lock
+ * first (no reclaim and no drain is half done in the child; the stacks
+ * themselves are consistent at every instant, each sequence committing
+ * with one store), then sd_caches_lock, the thread registry, the segment
+ * kind locks and the large-block leaves (nobody holding one waits for a
+ * slab or list lock), then every slab lock (nobody holding a slab lock
+ * waits for a segment lock or a leaf), then every list lock (holders of a
+ * list lock only try slab locks).
  *
  * Frees in per-CPU mode never touch the slab: any thread pushes onto its
  * CPU's stack, and only a full stack's batch goes back to the slabs,
@@ -104,18 +136,48 @@
  *                                   its host's pages (classes/mesh.c);
  *                                   frees are redirected to the host
  *
- *   per-CPU:   new -> PARTIAL/FULL (a refill took objects) -> ... ;
- *              objects on a CPU's stack count in inuse
- *   per-thread:
- *   new -> ACTIVE -> OWNED (full, or the owner refills from a ring slab
- *   with more of its own frees) -> ACTIVE (objects freed) ...
- *   OWNED -> FULL / PARTIAL / EMPTY when the ring overflows or the thread
- *   exits; PARTIAL -> ACTIVE on refill
- *   PARTIAL/FULL -> FROZEN (vacate) -> RELEASING | PARTIAL | FULL
- *   PARTIAL --last free--> EMPTY or RELEASING (RELEASING if it has
- *   purged pages)
- *   PARTIAL -> FROZEN (mesh candidate) -> MESHED (alias) -> RELEASING when
- *   its host is released; a host (mesh_alias != NULL) is never kept EMPTY
+ * Transitions (each under the slab lock; those onto or off a list also
+ * under the list lock):
+ *
+ *   new slab      -> ACTIVE     a thread's refill found no partial slab
+ *                 -> PARTIAL    a direct allocation (no thread cache, a
+ *                               debug cache, sd_defrag_realloc's fill
+ *                               slab), or a per-CPU refill that left free
+ *                               objects
+ *                 -> FULL       a per-CPU refill that took them all
+ *   ACTIVE        -> OWNED      full, or the owner refills from a ring
+ *                               slab with more of its own frees
+ *                 -> FULL / PARTIAL / EMPTY / RELEASING
+ *                               flushed: thread exit, tcache_flush_self
+ *                               (shrink, malloc_trim, sd_cache_destroy),
+ *                               a reclaim of an idle thread's bins, a fork
+ *                               child adopting a dead thread's slabs
+ *   OWNED         -> ACTIVE     its own or others' frees refill the owner
+ *                 -> FULL / PARTIAL / EMPTY / RELEASING
+ *                               the ring overflows, or flushed as ACTIVE
+ *   PARTIAL       -> ACTIVE     a thread's refill (cache_partial_take)
+ *                 -> FULL       a direct or per-CPU refill took the rest
+ *                 -> EMPTY or RELEASING  last free (RELEASING if it has
+ *                               purged pages, or enough are kept)
+ *                 -> FROZEN     vacate, or a mesh candidate
+ *   FULL          -> PARTIAL    a free (or a per-CPU batch of frees)
+ *                 -> EMPTY / RELEASING  a batch that frees every object
+ *                 -> FROZEN     vacate
+ *   EMPTY         -> ACTIVE     a thread's refill reuses a retained slab
+ *                 -> PARTIAL / FULL  a direct or per-CPU refill reuses it
+ *                 -> RELEASING  decay, shrink, or the cache's destruction
+ *   FROZEN        -> RELEASING  vacated (nothing left in use)
+ *                 -> PARTIAL / FULL / EMPTY  vacate gave up or left objects
+ *                 -> PARTIAL / EMPTY / RELEASING  a mesh candidate that
+ *                               found no partner
+ *                 -> MESHED     a mesh candidate whose objects moved into
+ *                               its partner's pages (an alias)
+ *   MESHED        -> RELEASING  its host is released (mesh_unmesh_host)
+ *   RELEASING     -> (slot free) segment_slab_free
+ *
+ * In per-CPU mode no slab is ACTIVE or OWNED; objects on a CPU's stack,
+ * and those a refill holds (feeding), count in inuse.  A host
+ * (mesh_alias != NULL) is never kept EMPTY.
  * ---------------------------------------------------------------------
  */
 #include "cache.h"
@@ -124,9 +186,9 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "arena.h"
 #include "debug.h"
 #include "fmt.h"
+#include "heapfile.h"
 #include "mesh.h"
 #include "options.h"
 #include "os.h"
@@ -190,6 +252,7 @@ void cache_init(void)
         options_init();
         slab_harden_init(sd_opt.harden);    /* before the first slab */
         slab_cache_name = slab_name;
+        sd_spin_deadlock_hook = tcache_deadlock_report;
         pcpu_init();                /* per-CPU or per-thread, once */
         mesh_init();                /* before the first segment */
         for (unsigned i = 0; i < SD_NCLASSES; i++) {
@@ -400,6 +463,13 @@ int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail)
     return release;
 }
 
+size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail)
+{
+    int release = cache_slab_settle_locked(c, s, tail);
+    sd_spin_unlock(&s->lock);
+    return release ? cache_slab_release(c, s) : 0;
+}
+
 /* ---------------------------------------------------------------- */
 /* Pages of sparse slabs                                             */
 /*
@@ -408,7 +478,7 @@ int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail)
  * object while the slab itself still does (1408 B in 16 KiB slabs: 11
  * objects, about 3 per page).  Those pages go back to the OS while the
  * slab lives: when a free leaves a PARTIAL slab at most a quarter in use,
- * the pages every object of which is free are purged (arena_purge, under
+ * the pages every object of which is free are purged (heapfile_purge, under
  * the slab lock: a free of the slab waits for the madvise) and their
  * objects leave the freelist, since it lives inside free objects and the
  * purged pages read back as zero.  s->purged records the pages (core/types.h:
@@ -439,7 +509,7 @@ static void slab_purge_pages_locked(struct sd_cache *c, struct slab *s)
     while (pages) {                 /* one call per run of pages */
         unsigned first = (unsigned)__builtin_ctzll(pages);
         unsigned len = (unsigned)__builtin_ctzll(~(pages >> first));
-        arena_purge(s->start + ((size_t)first << SLAB_PAGE_SHIFT),
+        heapfile_purge(s->start + ((size_t)first << SLAB_PAGE_SHIFT),
                     (size_t)len << SLAB_PAGE_SHIFT);
         pages &= len >= 64 ? 0 : ~(((1ULL << len) - 1) << first);
         n += len;

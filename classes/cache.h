@@ -77,6 +77,11 @@ size_t cache_slab_release(struct sd_cache *c, struct slab *s);
  * who keeps the lock): onto partial (head or tail), FULL, or empty/
  * RELEASING.  Returns 1 if the caller must release it (after unlocking). */
 int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail);
+/* The same, then unlock s and release it if it is not kept: how a slab
+ * leaves a thread's ring or active slot, a vacate that gave up, a mesh
+ * candidate that found no partner, a per-CPU refill.  Returns the bytes
+ * released (0: kept, on a list or FULL). */
+size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail);
 /* Unlink a PARTIAL slab from the partial list (list lock held). */
 void cache_partial_del_locked(struct sd_cache *c, struct slab *s);
 /* Take a slab off partial (or the retained empties) with its lock held;

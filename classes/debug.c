@@ -1,7 +1,8 @@
 /*
  * classes/debug.c - SLABDEFRAG_DEBUG: sanity checks (F), red zones (Z),
  * poisoning (P), call-site tracking (U) and tracing (T) for the caches it
- * names, and the backtraces of every report.  Layout: classes/debug.h.
+ * names, and their reports.  Layout: classes/debug.h; the backtraces are
+ * classes/backtrace.c's.
  *
  * Every report starts with one line
  *   slabdefrag: <error> in cache <name>: object <addr> (offset <n> in slab <addr>)
@@ -10,23 +11,18 @@
  * heap (double free, invalid free, corrupt freelist) abort; damage that is
  * repaired (red zone, poison) is reported and the program goes on, as SLUB.
  *
- * libunwind is used only for reports and U tracks, and only once the
- * library constructor has run (the first mallocs come before libc is up).
- * A thread-local flag stops libunwind's own allocations from recursing.
+ * Backtraces (reports, U tracks) are only taken once the library
+ * constructor has run (the first mallocs come before libc is up).
  */
 #define _GNU_SOURCE
 #include "debug.h"
 
-#include <dlfcn.h>
-#include <link.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
-
 #include "alloc.h"
+#include "backtrace.h"
 #include "fmt.h"
 #include "options.h"
 #include "os.h"
@@ -44,7 +40,6 @@ int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed);
 #define DEBUG_LIVE   0x11ce11ce11ce11ceULL
 #define DEBUG_FREE   0xf4eef4eef4eef4eeULL
 #define TRACK_FRAMES 8
-#define BT_FRAMES    32
 
 struct debug_track {
     void    *frames[TRACK_FRAMES];  /* return addresses, innermost first */
@@ -53,9 +48,6 @@ struct debug_track {
     uint64_t when_ns;               /* os_now_ns() */
 };
 
-static int debug_ready;             /* constructor ran: libunwind allowed */
-static uintptr_t self_lo, self_hi;  /* our object's executable range */
-static __thread int in_unwind;
 
 /* ---------------------------------------------------------------- */
 /* Geometry                                                          */
@@ -96,110 +88,13 @@ static struct debug_track *tracks(const struct sd_cache *c, void *p)
 }
 
 /* ---------------------------------------------------------------- */
-/* Backtraces                                                        */
-
-static int ours(uintptr_t ip) { return ip >= self_lo && ip < self_hi; }
-
-static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    uintptr_t me = (uintptr_t)arg;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
-            continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (me >= lo && me < hi) {
-            self_lo = lo;
-            self_hi = hi;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Keep frames from the first one outside the allocator (all of them if
- * every frame is ours: the static core linked into a test program). */
-static int first_foreign(void *const *frames, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (!ours((uintptr_t)frames[i]))
-            return i;
-    return 0;
-}
-
-static void print_frame(int fd, const char *indent, int i, void *ip,
-                        const char *name, unsigned long off)
-{
-    Dl_info di;
-    const char *file = "?";
-    memset(&di, 0, sizeof di);
-    if (dladdr(ip, &di) && di.dli_fname) {
-        file = di.dli_fname;
-        for (const char *q = file; *q; q++)
-            if (*q == '/')
-                file = q + 1;
-        if (!name && di.dli_sname) {
-            name = di.dli_sname;
-            off = (unsigned long)((char *)ip - (char *)di.dli_saddr);
-        }
-    }
-    if (name)
-        sd_dprintf(fd, "%s#%d %p %s+0x%lx (%s)\n", indent, i, ip, name, off, file);
-    else
-        sd_dprintf(fd, "%s#%d %p %s+0x%lx\n", indent, i, ip, file,
-                   (unsigned long)((char *)ip - (char *)di.dli_fbase));
-}
-
-void debug_print_backtrace(int fd, const char *indent)
-{
-    if (!__atomic_load_n(&debug_ready, __ATOMIC_ACQUIRE) || in_unwind) {
-        sd_dprintf(fd, "%s(no backtrace available here)\n", indent);
-        return;
-    }
-    in_unwind = 1;
-    void *ip[BT_FRAMES];
-    char names[BT_FRAMES][96];
-    unsigned long offs[BT_FRAMES];
-    int n = 0;
-    unw_context_t uc;
-    unw_cursor_t cur;
-    if (unw_getcontext(&uc) == 0 && unw_init_local(&cur, &uc) == 0) {
-        do {
-            unw_word_t pc = 0, off = 0;
-            unw_get_reg(&cur, UNW_REG_IP, &pc);
-            if (!pc)
-                break;
-            ip[n] = (void *)pc;
-            names[n][0] = 0;
-            if (unw_get_proc_name(&cur, names[n], sizeof names[n], &off) != 0)
-                names[n][0] = 0;
-            offs[n] = (unsigned long)off;
-            n++;
-        } while (n < BT_FRAMES && unw_step(&cur) > 0);
-    }
-    int first = first_foreign(ip, n);
-    for (int i = first; i < n; i++)
-        print_frame(fd, indent, i - first, ip[i], names[i][0] ? names[i] : NULL,
-                    offs[i]);
-    if (n == 0)
-        sd_dprintf(fd, "%s(unwinding failed)\n", indent);
-    in_unwind = 0;
-}
+/* Call-site tracks (U)                                              */
 
 static void track_record(struct debug_track *t)
 {
     t->tid = sd_self_tid();
     t->when_ns = os_now_ns();
-    t->nframes = 0;
-    if (!__atomic_load_n(&debug_ready, __ATOMIC_ACQUIRE) || in_unwind)
-        return;
-    in_unwind = 1;
-    void *f[BT_FRAMES];
-    int n = unw_backtrace(f, BT_FRAMES);
-    int first = n > 0 ? first_foreign(f, n) : 0;
-    for (int i = first; i < n && t->nframes < TRACK_FRAMES; i++)
-        t->frames[t->nframes++] = f[i];
-    in_unwind = 0;
+    t->nframes = (uint32_t)backtrace_record(t->frames, TRACK_FRAMES);
 }
 
 static void track_print(const char *what, const struct debug_track *t)
@@ -214,22 +109,20 @@ static void track_print(const char *what, const struct debug_track *t)
     if (!t->nframes)
         sd_dprintf(2, "    (no call site: recorded before start-up)\n");
     for (uint32_t i = 0; i < t->nframes && i < TRACK_FRAMES; i++)
-        print_frame(2, "    ", (int)i, t->frames[i], NULL, 0);
+        backtrace_print_frame(2, "    ", (int)i, t->frames[i]);
 }
 
 static void fatal_hook(void)
 {
     sd_dprintf(2, "  backtrace:\n");
-    debug_print_backtrace(2, "    ");
+    backtrace_print(2, "    ");
 }
 
 __attribute__((constructor(102))) static void debug_init(void)
 {
     options_init();
-    dl_iterate_phdr(find_self, (void *)(uintptr_t)&debug_init);
     if (sd_opt.debug)
         sd_fatal_hook = fatal_hook;
-    __atomic_store_n(&debug_ready, 1, __ATOMIC_RELEASE);
 }
 
 /* ---------------------------------------------------------------- */
@@ -270,7 +163,7 @@ static void snapshot(const struct sd_cache *c, void *obj, struct debug_snapshot 
 static void report_tail(const struct debug_snapshot *sn)
 {
     sd_dprintf(2, "  backtrace:\n");
-    debug_print_backtrace(2, "    ");
+    backtrace_print(2, "    ");
     if (sn && sn->have_tracks) {
         track_print("allocated", &sn->alloc);
         track_print("last freed", &sn->free);

@@ -31,9 +31,4 @@ void *debug_alloc(struct sd_cache *c);
  * lock is not held).  Reports and aborts on a double or invalid free. */
 void  debug_free(struct sd_cache *c, struct slab *s, void *p, const char *call);
 
-/* Print a backtrace of the calling thread to fd (symbolised where symbols
- * exist), skipping the allocator's own leading frames.  Only for reports:
- * never called before the library constructor has run. */
-void  debug_print_backtrace(int fd, const char *indent);
-
 #endif

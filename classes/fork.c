@@ -1,5 +1,6 @@
 /*
- * classes/fork.c - fork safety for the allocator's own locks.
+ * classes/fork.c - fork safety: the allocator's locks across fork(), and
+ * the child's adoption of the slabs of the threads that did not survive.
  *
  * Registered once, before main (a constructor here, so the static core
  * used by the tests has it too) or at the allocator's first use if that
@@ -8,27 +9,74 @@
  *
  * prepare takes every allocator lock in the documented order
  * (classes/cache.c): the reclaim and drain locks, the cache registry, the
- * thread registry, the segment and large-block leaves (huge blocks, extent
- * arenas, per-CPU stashes of freed extents: core/large.c), every slab
- * lock, every cache list lock.  The
- * parent releases them.  The child resets them (it runs as a new tid) and
+ * thread registry, the segment kind locks and the large-block leaves
+ * (huge blocks, extent arenas, per-CPU stashes of freed extents:
+ * core/large.c), every slab lock, every cache list lock.  The parent
+ * releases them.  The child resets them (it runs as a new tid) and
  * adopts the slabs of the threads that did not survive the fork (found by
  * owner in the segments: their per-thread lists may be half updated; see
- * tcache_after_fork_child).
- * With meshing the arena is a shared mapping: prepare write-protects it
+ * adopt_dead_threads_slabs below).
+ * With meshing the heap file is a shared mapping: prepare write-protects it
  * last, the child copies it into a fresh memfd first, and the parent
- * waits for that copy before it writes again (core/arena.h).
+ * waits for that copy before it writes again (core/heapfile.h).
  * Layers above (the shrinker, the control socket) register their own child
  * handlers later, so they run after this one.
  */
 #include <pthread.h>
 
-#include "arena.h"
 #include "cache.h"
+#include "forkcopy.h"
 #include "large.h"
 #include "pcpu.h"
 #include "segment.h"
 #include "tcache.h"
+#include "thread.h"
+
+/* In the child only the forking thread exists.  The others stopped at
+ * whatever instruction they were on, possibly in the middle of moving a
+ * slab between their active slot and their ring, or of popping their
+ * private list: their tbins cannot be trusted, and walking them (as this
+ * once did) could put one slab on two lists.  So their slabs are found
+ * from the segments instead, by owner: each is un-owned and settled by
+ * its count as any slab (FULL, PARTIAL with its shared freelist, EMPTY).
+ * Objects that were on a dead thread's private or local lists stay counted
+ * as in use: leaked in the child, a few slabs' worth per thread at most,
+ * as jemalloc and glibc leak other threads' caches after fork.  So do
+ * the objects a per-CPU refill of a vanished thread held (feeding).  Called
+ * with every allocator lock already released. */
+struct adopt {
+    uintptr_t keep;             /* the surviving thread's token */
+    struct sd_list release;     /* slabs that turned out empty */
+};
+
+static void adopt_dead_slab(struct slab *s, void *arg)
+{
+    struct adopt *a = arg;
+    unsigned st = s->state;
+    __atomic_store_n(&s->feeding, 0, __ATOMIC_RELAXED);   /* refills of threads gone */
+    if ((st != SLAB_ACTIVE && st != SLAB_OWNED) || s->owner == a->keep)
+        return;
+    sd_spin_lock(&s->lock);
+    s->local_free = NULL;
+    s->nlocal = 0;
+    int release = cache_slab_settle_locked(s->cache, s, 0);
+    sd_spin_unlock(&s->lock);
+    if (release)                    /* not now: the walk holds segment locks */
+        list_add_tail(&a->release, &s->link);
+}
+
+static void adopt_dead_threads_slabs(void)
+{
+    struct tcache *t = &sd_tc;
+    struct adopt a = { t->state == TC_LIVE ? t->token : 0, { NULL, NULL } };
+    list_init(&a.release);
+    segment_for_each_slab(adopt_dead_slab, &a, 0);
+    while (!list_empty(&a.release)) {
+        struct slab *s = list_entry(a.release.next, struct slab, link);
+        list_del(&s->link);
+        cache_slab_release(s->cache, s);
+    }
+}
 
 static void fork_prepare(void)
 {
@@ -39,12 +87,12 @@ static void fork_prepare(void)
     segment_lock_all();
     large_lock_all();
     cache_lock_all();
-    arena_fork_prepare();           /* meshing: write-protect the arena */
+    forkcopy_prepare();           /* meshing: write-protect the arena */
 }
 
 static void fork_parent(void)
 {
-    arena_fork_parent();            /* waits for the child's copy */
+    forkcopy_parent();            /* waits for the child's copy */
     cache_unlock_all(0);
     large_unlock_all(0);
     segment_unlock_all(0);
@@ -56,8 +104,8 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
-    sd_tc.tid = 0;                  /* a new thread id in the child */
-    arena_fork_child();             /* a private copy of the arena */
+    sd_thread_fork_child();         /* a new thread id in the child */
+    forkcopy_child();             /* a private copy of the arena */
     cache_unlock_all(1);
     large_unlock_all(1);
     segment_unlock_all(1);
@@ -65,7 +113,8 @@ static void fork_child(void)
     sd_mutex_reset_child(&sd_caches_lock);
     pcpu_drain_unlock(1);
     tcache_unlock_reclaim(1);
-    tcache_after_fork_child();
+    tcache_registry_fork_child();
+    adopt_dead_threads_slabs();
 }
 
 /* Once, without waiting: a thread that finds another one registering goes

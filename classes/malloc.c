@@ -1,6 +1,6 @@
 /*
  * classes/malloc.c - the malloc family on the size-class caches, with
- * glibc's semantics (see malloc.h).
+ * glibc's semantics (see sdmalloc.h).
  */
 #include "sdmalloc.h"
 

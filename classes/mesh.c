@@ -4,7 +4,7 @@
  * Two slabs of one malloc class whose live objects sit at disjoint slot
  * indices share one set of physical pages: the live objects of the source
  * A are copied into the target B's pages at the same offsets, A's virtual
- * range is remapped onto B's file pages (core/arena.c) and A's own pages
+ * range is remapped onto B's file pages (core/heapfile.c) and A's own pages
  * are released.  No pointer changes: an object of A keeps its A address
  * and reads and writes through it reach B's pages.
  *
@@ -57,12 +57,12 @@
  * between waits until the remap is done and retries against the new
  * mapping: it lands in B's pages, at the offset it was copied to.  Nothing
  * is lost: the copy happened before the write became possible again.
- * Where it waits depends on the barrier (core/arena.h).  With userfaultfd
+ * Where it waits depends on the barrier (core/heapfile.h).  With userfaultfd
  * (the default where permitted) every writer sleeps in the kernel, system
  * calls included, and the release after the remap wakes it (core/uffd.h:
  * the remapped range is a new, unregistered mapping, so no stale
  * protection is left).  With mprotect a user-mode writer waits in
- * core/arena.c's SIGSEGV handler, but the kernel does not fault: a
+ * core/heapfile.c's SIGSEGV handler, but the kernel does not fault: a
  * read(2) into an object of a slab being meshed fails with EFAULT during
  * the copy (Mesh has the same limit).  The preload layer retries the
  * common receiving calls - read, pread, readv, preadv, recv, recvfrom,
@@ -102,7 +102,7 @@
  *  member, never inside a live object.  The free pointer sits inside the
  *  object for malloc classes (fpo 0 < size), so no write leaves slot i.
  *
- * Fork: see core/arena.h (the child copies the arena and re-creates the
+ * Fork: see core/heapfile.h (the child copies the arena and re-creates the
  * aliases from the MESHED descriptors).  The default is off: with meshing
  * on, every fork copies the live heap instead of sharing it copy-on-write
  * and parks the parent's writers until the child has copied - a cost a
@@ -112,11 +112,11 @@
 
 #include <string.h>
 
-#include "arena.h"
 #include "alloc.h"
+#include "heapfile.h"
 #include "options.h"
-#include "pcpu.h"
 #include "os.h"
+#include "pcpu.h"
 #include "segment.h"
 #include "slab.h"
 
@@ -134,19 +134,24 @@ static struct slab *cand[MESH_BATCH];
 static uint64_t used_map[MESH_BATCH][MAP_WORDS];
 static uint32_t used_n[MESH_BATCH];
 
-static void stat_max(uint64_t *p, uint64_t v)
+/* The fork child's new arena file holds every slab's pages at its own
+ * offset: point each alias (MESHED) at its host's pages again. */
+static void realias_one(struct slab *s, void *arg)
 {
-    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0,
-                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
+    if (s->state == SLAB_MESHED && s->mesh_host)
+        heapfile_alias(s->start, s->mesh_host->start, seg_kind_bytes(s->kind));
+}
+
+static void realias_all(void)
+{
+    segment_for_each_slab(realias_one, NULL, 1);
 }
 
 void mesh_init(void)
 {
     if (!sd_opt.mesh || mesh_on)
         return;
-    int err = arena_init();
+    int err = heapfile_init();
     if (err) {
         sd_warn("SLABDEFRAG_MESH=1: cannot set up the mesh arena (errno %d); "
                 "meshing off", err);
@@ -156,6 +161,7 @@ void mesh_init(void)
                                       : os_max_map_count() / 2;
     stats.max_maps = max;
     stats.enabled = 1;
+    forkcopy_set_realias(realias_all);
     __atomic_store_n(&mesh_on, 1, __ATOMIC_RELEASE);
 }
 
@@ -274,21 +280,21 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
         goto out;
     }
     uint64_t t0 = os_now_ns();
-    if (arena_protect_begin(a->start, bytes))
+    if (barrier_protect_begin(a->start, bytes))
         goto out;
     for (unsigned w = 0; w < words; w++)
         for (uint64_t m = ua[w]; m; m &= m - 1) {
             size_t off = (size_t)(w * 64 + (unsigned)__builtin_ctzll(m)) * c->size;
             memcpy(b->start + off, a->start + off, c->size);
         }
-    int err = arena_alias(a->start, b->start, bytes);
+    int err = heapfile_alias(a->start, b->start, bytes);
     if (err)
-        arena_unalias(a->start, bytes);     /* back to its own pages, writable */
-    arena_protect_end();
+        heapfile_unalias(a->start, bytes);     /* back to its own pages, writable */
+    barrier_protect_end();
     stat_max(&stats.longest_pause_ns, os_now_ns() - t0);
     if (err)
         goto out;
-    arena_purge(a->start, bytes);           /* a's own file pages */
+    heapfile_purge(a->start, bytes);           /* a's own file pages */
 
     /* The host's freelist over the slots free in every member. */
     void *last = NULL;
@@ -355,7 +361,7 @@ static int batch_take(struct sd_cache *c, unsigned kind, uint32_t cap)
         nx = l->prev;
         struct slab *s = list_entry(l, struct slab, link);
         if (s->kind != kind || !target_ok(cap, __atomic_load_n(&s->inuse, __ATOMIC_RELAXED)) ||
-            !arena_contains(s->start) || !sd_spin_trylock(&s->lock))
+            !heapfile_contains(s->start) || !sd_spin_trylock(&s->lock))
             continue;
         if (target_ok(cap, s->inuse) && s->inuse && !slab_purged(s)) {
             cache_partial_del_locked(c, s);
@@ -371,17 +377,12 @@ static int batch_take(struct sd_cache *c, unsigned kind, uint32_t cap)
 static void batch_settle(struct sd_cache *c, struct slab *s)
 {
     sd_spin_lock(&s->lock);
-    int release = 0;
-    if (s->state == SLAB_FROZEN) {
+    if (s->state == SLAB_FROZEN)
         /* To the head: the next batch sees other slabs, and allocation
          * fills the hosts and the slabs that found no partner. */
-        release = cache_slab_settle_locked(c, s, 0);
-        if (release)
-            slab_set_state(s, SLAB_RELEASING);
-    }
-    sd_spin_unlock(&s->lock);
-    if (release)
-        cache_slab_release(c, s);
+        cache_slab_settle_unlock(c, s, 0);
+    else
+        sd_spin_unlock(&s->lock);
 }
 
 /* Returns -1 to stop meshing (map cap), else the meshes made; *more when
@@ -462,7 +463,7 @@ size_t mesh_pass(uint64_t deadline, int *more, int all)
     *more = 0;
     if (!mesh_enabled())
         return 0;
-    if (!arena_handler_ours()) {
+    if (!sigchain_handler_ours()) {
         stats.handler_lost = 1;             /* the program took SIGSEGV */
         return 0;
     }
@@ -546,7 +547,7 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s)
         a->mesh_host = NULL;
         slab_set_state(a, SLAB_RELEASING);
         sd_spin_unlock(&a->lock);
-        if (arena_unalias(a->start, bytes))
+        if (heapfile_unalias(a->start, bytes))
             sd_fatal("mesh: cannot remap an alias of %s back (map limit?)", c->name);
         __atomic_fetch_sub(&stats.maps, 2, __ATOMIC_RELAXED);
         __atomic_fetch_sub(&stats.aliases, 1, __ATOMIC_RELAXED);
@@ -563,7 +564,7 @@ void mesh_get_stats(struct mesh_stats *st)
 {
     *st = stats;
     st->enabled = mesh_enabled();
-    st->barrier = arena_barrier_name();
-    st->fault_waits = arena_fault_waits();
-    st->syscall_retries = arena_syscall_retries();
+    st->barrier = barrier_name();
+    st->fault_waits = barrier_fault_waits();
+    st->syscall_retries = barrier_syscall_retries();
 }

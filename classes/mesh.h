@@ -1,7 +1,7 @@
 /*
  * classes/mesh.h - transparent meshing of sparse malloc slabs (issue 6;
  * Mesh, PLDI 2019).  The design, its proof of safety and its limits are at
- * the top of classes/mesh.c; the memory underneath is core/arena.h.
+ * the top of classes/mesh.c; the memory underneath is core/heapfile.h.
  */
 #ifndef SD_CLASSES_MESH_H
 #define SD_CLASSES_MESH_H
@@ -37,7 +37,7 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s);
 struct mesh_stats {
     int      enabled;           /* SLABDEFRAG_MESH=1 and the arena is up */
     int      handler_lost;      /* our SIGSEGV handler was replaced: stopped */
-    const char *barrier;        /* "uffd" or "mprotect" (core/arena.h) */
+    const char *barrier;        /* "uffd" or "mprotect" (core/heapfile.h) */
     uint64_t passes;            /* mesh passes */
     uint64_t meshes;            /* aliases made (all caches) */
     uint64_t unmeshes;          /* aliases restored */

@@ -139,6 +139,7 @@ int pcpu_thread_init(void)
 /* Give cache id its slot range (pcpu_lock held); 0 if none is left. */
 static int id_assign_locked(const struct sd_cache *c)
 {
+    SD_ASSERT(sd_mutex_held(&pcpu_lock));
     unsigned id = c->id;
     if (id_cap[id])
         return id_cap[id] != PCPU_NO_SLOTS;

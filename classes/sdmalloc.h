@@ -9,6 +9,7 @@
 #ifndef SD_CLASSES_SDMALLOC_H
 #define SD_CLASSES_SDMALLOC_H
 
+#include <malloc.h>
 #include <stddef.h>
 
 void  *sdm_malloc(size_t size);
@@ -23,5 +24,10 @@ int    sdm_posix_memalign(void **out, size_t align, size_t size);
 size_t sdm_usable_size(const void *p);
 /* Release free memory to the OS; 1 if any was released (malloc_trim). */
 int    sdm_trim(void);
+/* mallinfo2(): arena = mapped slab memory, uordblks = bytes in use (slab
+ * objects by their class size, plus large blocks), fordblks = the rest of
+ * the slab memory, hblks/hblkhd = large blocks, keepcost = cached large
+ * memory (classes/mallinfo.c). */
+struct mallinfo2 sdm_mallinfo2(void);
 
 #endif

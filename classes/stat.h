@@ -7,6 +7,8 @@
 #ifndef SD_CLASSES_STAT_H
 #define SD_CLASSES_STAT_H
 
+#include <stdint.h>
+
 #include "fmt.h"
 
 #define SD_CACHE_STATS(X)                                                   \
@@ -37,5 +39,15 @@ enum sd_stat {
 };
 
 extern SD_HIDDEN const char *const sd_stat_names[SD_NSTATS];
+
+/* *p = max(*p, v), for the high-water marks of the statistics (relaxed:
+ * any thread, no lock). */
+static inline void stat_max(uint64_t *p, uint64_t v)
+{
+    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0,
+                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
 
 #endif

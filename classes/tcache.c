@@ -1,6 +1,8 @@
 /*
- * classes/tcache.c - thread caches: set-up, exit, the registry, and the
- * get() guard.
+ * classes/tcache.c - thread caches (per-thread mode): set-up, exit, the
+ * rings, the registry, the shrinker's reclaim of idle threads' slabs, and
+ * the get() guard.  (The locks' thread id is core/thread.h; the fork
+ * child's adoption of dead threads' slabs is classes/fork.c.)
  *
  * A thread's cache is TLS (initial-exec).  It is set up on the thread's
  * first slow path; a pthread key's destructor gives its active slabs back
@@ -35,42 +37,25 @@ static struct sd_list registry = { &registry, &registry };
 static pthread_key_t exit_key;
 static int key_state;               /* 0 none, 1 creating, 2 ready */
 
-uint32_t sd_self_tid(void)
-{
-    uint32_t t = sd_tc.tid;
-    if (unlikely(!t))
-        t = sd_tc.tid = os_gettid();
-    return t;
-}
-
-void sd_spin_self_deadlock(const sd_spin *l)
+void tcache_deadlock_report(const sd_spin *l)
 {
     if (sd_tc.in_get)
         sd_fatal("get() of cache %s called the allocator (it runs with the "
                  "slab locked and must not allocate or free)",
                  sd_tc.get_cache ? sd_tc.get_cache->name : "?");
-    sd_fatal("slab lock %p taken twice by thread %u", (const void *)l,
-             sd_self_tid());
 }
 
 static size_t ubins_bytes(void)
 {
-    size_t bytes = (SD_MAX_CACHES - SD_NCLASSES) * sizeof(struct tbin);
+    size_t bytes = TC_NUBINS * sizeof(struct tbin);
     return (bytes + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
-}
-
-/* Thread t's bin for cache id, or NULL (a typed cache it never used). */
-static struct tbin *bin_of(struct tcache *t, uint16_t id)
-{
-    return id < SD_NCLASSES ? &t->bins[id]
-         : t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
 }
 
 /* This thread's counters into their caches (thread exit). */
 static void stats_fold(struct tcache *t)
 {
     for (unsigned id = 0; id < SD_MAX_CACHES; id++) {
-        struct tbin *b = bin_of(t, (uint16_t)id);
+        struct tbin *b = tcache_bin_of(t, (uint16_t)id);
         struct sd_cache *c = __atomic_load_n(&sd_caches[id], __ATOMIC_ACQUIRE);
         if (!b || !c)
             continue;
@@ -160,13 +145,13 @@ struct tbin *tcache_ubin(uint16_t id)
         if (os_map_aligned(ubins_bytes(), SD_PAGE_SIZE, &m))
             return NULL;
         struct tbin *u = m;
-        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+        for (unsigned i = 0; i < TC_NUBINS; i++)
             list_init(&u[i].owned);
         tcache_enter(t);                /* a reclaim reads t->ubins */
         t->ubins = u;
         tcache_leave(t);
     }
-    return &t->ubins[id - SD_NCLASSES];
+    return tcache_ubin_of(t, id);
 }
 
 /* Put a thread-private list of n objects of s back on its shared freelist
@@ -186,11 +171,8 @@ static void list_splice_free(struct slab *s, void *head, uint32_t n)
 /* Settle a slab that leaves a thread (locked; local list spliced). */
 static void settle_unlock(struct sd_cache *c, struct slab *s)
 {
-    int release = cache_slab_settle_locked(c, s, 0);
-    sd_spin_unlock(&s->lock);
     cache_stat_add(c, SD_STAT_DEACTIVATE, 1);
-    if (release)
-        cache_slab_release(c, s);
+    cache_slab_settle_unlock(c, s, 0);
 }
 
 void tcache_ring_add(struct tcache *t, struct tbin *b, struct slab *s)
@@ -238,7 +220,7 @@ static void flush(struct tcache *t)
     for (unsigned i = 0; i < SD_NCLASSES; i++)
         flush_bin(t, &t->bins[i]);
     if (t->ubins)
-        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+        for (unsigned i = 0; i < TC_NUBINS; i++)
             flush_bin(t, &t->ubins[i]);
 }
 
@@ -254,7 +236,7 @@ void tcache_flush_self_bin(uint16_t id)
 {
     struct tcache *t = &sd_tc;
     tcache_enter(t);
-    struct tbin *b = bin_of(t, id);
+    struct tbin *b = tcache_bin_of(t, id);
     if (b)
         flush_bin(t, b);
     tcache_leave(t);
@@ -266,7 +248,7 @@ void tcache_release_own(struct slab *s)
     tcache_enter(t);
     if (__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token &&
         s->state == SLAB_OWNED) {
-        struct tbin *b = bin_of(t, s->bin);
+        struct tbin *b = tcache_bin_of(t, s->bin);
         if (b)
             tcache_owned_release(t, b, s);
     }
@@ -309,7 +291,7 @@ static int holds_slabs(const struct tcache *t)
         if (t->bins[i].slab || t->bins[i].nowned)
             return 1;
     if (t->ubins)
-        for (unsigned i = 0; i < SD_MAX_CACHES - SD_NCLASSES; i++)
+        for (unsigned i = 0; i < TC_NUBINS; i++)
             if (t->ubins[i].slab || t->ubins[i].nowned)
                 return 1;
     return 0;
@@ -385,7 +367,7 @@ static unsigned long registry_sum(uint16_t id, size_t off)
     unsigned long n = 0;
     sd_mutex_lock(&registry_lock);
     for (struct sd_list *l = registry.next; l != &registry; l = l->next) {
-        struct tbin *b = bin_of(list_entry(l, struct tcache, link), id);
+        struct tbin *b = tcache_bin_of(list_entry(l, struct tcache, link), id);
         if (b)
             n += __atomic_load_n((uint32_t *)((char *)b + off), __ATOMIC_RELAXED);
     }
@@ -401,7 +383,7 @@ size_t tcache_private_objects(uint16_t id)
 void tcache_stat_hot(struct sd_cache *c, enum sd_stat i)
 {
     struct tcache *t = &sd_tc;
-    struct tbin *b = t->state == TC_LIVE ? bin_of(t, c->id) : NULL;
+    struct tbin *b = t->state == TC_LIVE ? tcache_bin_of(t, c->id) : NULL;
     if (!b) {
         cache_stat_add(c, i, 1);
         return;
@@ -487,55 +469,13 @@ void tcache_unlock_registry(int child)
         sd_mutex_unlock(&registry_lock);
 }
 
-/* In the child only the forking thread exists.  The others stopped at
- * whatever instruction they were on, possibly in the middle of moving a
- * slab between their active slot and their ring, or of popping their
- * private list: their tbins cannot be trusted, and walking them (as this
- * once did) could put one slab on two lists.  So their slabs are found
- * from the segments instead, by owner: each is un-owned and settled by
- * its count as any slab (FULL, PARTIAL with its shared freelist, EMPTY).
- * Objects that were on a dead thread's private or local lists stay counted
- * as in use: leaked in the child, a few slabs' worth per thread at most,
- * as jemalloc and glibc leak other threads' caches after fork.  So do
- * the objects a per-CPU refill of a vanished thread held (feeding).  Called
- * with every allocator lock already released. */
-struct adopt {
-    uintptr_t keep;             /* the surviving thread's token */
-    struct sd_list release;     /* slabs that turned out empty */
-};
-
-static void adopt_dead_slab(struct slab *s, void *arg)
-{
-    struct adopt *a = arg;
-    unsigned st = s->state;
-    __atomic_store_n(&s->feeding, 0, __ATOMIC_RELAXED);   /* refills of threads gone */
-    if ((st != SLAB_ACTIVE && st != SLAB_OWNED) || s->owner == a->keep)
-        return;
-    sd_spin_lock(&s->lock);
-    s->local_free = NULL;
-    s->nlocal = 0;
-    int release = cache_slab_settle_locked(s->cache, s, 0);
-    sd_spin_unlock(&s->lock);
-    if (release)                    /* not now: the walk holds segment locks */
-        list_add_tail(&a->release, &s->link);
-}
-
-void tcache_after_fork_child(void)
+void tcache_registry_fork_child(void)
 {
     struct tcache *t = &sd_tc;
-    t->tid = os_gettid();
     sd_mutex_lock(&registry_lock);
     while (!list_empty(&registry))
         list_del(registry.next);
     if (t->state == TC_LIVE)
         list_add_tail(&registry, &t->link);
     sd_mutex_unlock(&registry_lock);
-    struct adopt a = { t->state == TC_LIVE ? t->token : 0, { NULL, NULL } };
-    list_init(&a.release);
-    segment_for_each_slab(adopt_dead_slab, &a, 0);
-    while (!list_empty(&a.release)) {
-        struct slab *s = list_entry(a.release.next, struct slab, link);
-        list_del(&s->link);
-        cache_slab_release(s->cache, s);
-    }
 }

@@ -46,7 +46,6 @@ struct tcache {
                                    under way; high 32, calls that left */
     uint8_t      revoked;       /* the shrinker is taking the bins */
     uintptr_t    token;         /* slab->owner of our active slabs; 1 = none */
-    uint32_t     tid;           /* gettid(), for the slab locks */
     uint8_t      state;         /* enum tc_state */
     uint8_t      in_get;        /* inside a get() callback */
     const struct sd_cache *get_cache;  /* whose get() */
@@ -60,6 +59,20 @@ struct tcache {
 };
 
 extern SD_HIDDEN __thread struct tcache sd_tc __attribute__((tls_model("initial-exec")));
+
+/* Typed caches' bins (ids SD_NCLASSES and up) live in t->ubins, mapped on
+ * the thread's first typed allocation: this is the one place that maps a
+ * cache id to its bin there. */
+#define TC_NUBINS (SD_MAX_CACHES - SD_NCLASSES)
+static inline struct tbin *tcache_ubin_of(const struct tcache *t, uint16_t id)
+{
+    return t->ubins ? &t->ubins[id - SD_NCLASSES] : NULL;
+}
+/* Thread t's bin for cache id, or NULL (a typed cache it never used). */
+static inline struct tbin *tcache_bin_of(struct tcache *t, uint16_t id)
+{
+    return id < SD_NCLASSES ? &t->bins[id] : tcache_ubin_of(t, id);
+}
 
 /* The tbin of cache id for this thread (typed caches: may set up ubins;
  * NULL if that fails or the thread has no cache). */
@@ -152,12 +165,16 @@ void tcache_guard_enter(struct tcache_guard *g, const struct sd_cache *c);
 void tcache_guard_leave(struct tcache_guard *g);
 /* Called by slow paths: aborts with a report if inside get(). */
 void tcache_check_get(const char *call);
+/* core/lock.h's self-deadlock hook (set by cache_init): a slab lock taken
+ * twice inside get() is reported as the get() misuse it is. */
+void tcache_deadlock_report(const sd_spin *l);
 
 /* Fork: the reclaim lock (outermost, with pcpu_lock) and the registry. */
 void tcache_lock_reclaim(void);
 void tcache_unlock_reclaim(int child);
 void tcache_lock_registry(void);
 void tcache_unlock_registry(int child);
-void tcache_after_fork_child(void);
+/* Fork child: the registry holds only the surviving thread (if live). */
+void tcache_registry_fork_child(void);
 
 #endif

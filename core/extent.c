@@ -245,6 +245,7 @@ static void node_free(struct xchunk *c, struct xnode *n)
 
 static void decay_update_locked(struct xarena *a)
 {
+    SD_ASSERT(sd_mutex_held(&a->lock));
     uint64_t next = a->oldest ? a->oldest->since + decay_ns() : 0;
     __atomic_store_n(&a->next_decay, next, __ATOMIC_RELAXED);
 }
@@ -339,6 +340,7 @@ static void dirty_bound_locked(struct xarena *a);
  * that keeps a block or two does not do it again and again. */
 static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
 {
+    SD_ASSERT(sd_mutex_held(&a->lock));
     struct xpage *x = &c->pages[XCHUNK_HEADER_PAGES];
     size_t n = XCHUNK_PAGES - XCHUNK_HEADER_PAGES;
     if (__atomic_load_n(&x->state, __ATOMIC_RELAXED) != XS_PURGED || x->npages != n ||
@@ -357,6 +359,7 @@ static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
 /* A new chunk: one purged extent of every page after the header. */
 static int chunk_new_locked(struct xarena *a)
 {
+    SD_ASSERT(sd_mutex_held(&a->lock));
     void *m;
     if (os_map_aligned(XCHUNK_SIZE, XCHUNK_SIZE, &m))
         return ENOMEM;
@@ -423,6 +426,7 @@ void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero)
 /* Purge pages [x, x+n) now (decay 0): the lock is dropped meanwhile. */
 static void release_purged_locked(struct xarena *a, struct xpage *x, size_t n)
 {
+    SD_ASSERT(sd_mutex_held(&a->lock));
     tags_set(x, n, XS_BUSY);
     sd_mutex_unlock(&a->lock);
     os_purge(extent_addr(x), n * SD_PAGE_SIZE);
@@ -499,6 +503,7 @@ int extent_resize(struct xpage *x, size_t npages)
  * each batch's madvise. */
 static size_t purge_locked(struct xarena *a, uint64_t before, size_t keep)
 {
+    SD_ASSERT(sd_mutex_held(&a->lock));
     size_t pages = 0;
     struct xpage *batch[PURGE_BATCH];
     for (;;) {
@@ -546,6 +551,7 @@ static size_t arena_purge(struct xarena *a, uint64_t before)
  * before the decay (jemalloc's decay curve does the same at its epochs). */
 static void dirty_bound_locked(struct xarena *a)
 {
+    SD_ASSERT(sd_mutex_held(&a->lock));
     size_t keep = a->used_pages / 2 + DIRTY_FLOOR;
     if (a->dirty_pages > keep)
         purge_locked(a, 0, keep);

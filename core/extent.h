@@ -28,7 +28,7 @@
  *            are also on a list in the order they were freed (the decay).
  *
  * Why chunks are not the slab segments (core/segment.c): with meshing on,
- * segments come from a memfd mapped MAP_SHARED (core/arena.c), copied
+ * segments come from a memfd mapped MAP_SHARED (core/heapfile.c), copied
  * whole at fork and released by hole punching.  Extents are never meshed,
  * so they stay private anonymous memory: copy-on-write at fork, purged
  * with madvise, and outside the arena's 64 GiB.  Segments are 4 MiB of

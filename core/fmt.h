@@ -14,6 +14,9 @@
 #ifndef SD_HIDDEN
 #define SD_HIDDEN __attribute__((visibility("hidden")))
 #endif
+/* What the shared library exports: sd_* (hooks/) and the libc names
+ * (preload/).  Everything else is hidden (-fvisibility=hidden). */
+#define SD_EXPORT __attribute__((visibility("default")))
 #include <stddef.h>
 
 size_t sd_vfmt(char *buf, size_t size, const char *fmt, va_list ap);

@@ -49,6 +49,7 @@ static inline size_t hash(uintptr_t a, size_t mask)
 
 static struct lentry *lookup_locked(uintptr_t a)
 {
+    SD_ASSERT(sd_mutex_held(&lock));
     if (!table)
         return NULL;
     size_t mask = cap - 1;
@@ -71,6 +72,7 @@ static void insert_raw(struct lentry *t, size_t c, const struct lentry *e)
 
 static int grow_locked(void)
 {
+    SD_ASSERT(sd_mutex_held(&lock));
     size_t ncap = cap ? cap * 2 : 1024;
     void *mem;
     if (os_map_aligned(ncap * sizeof(struct lentry), SD_PAGE_SIZE, &mem))
@@ -88,6 +90,7 @@ static int grow_locked(void)
 /* Backward-shift deletion keeps linear probing free of tombstones. */
 static void remove_locked(struct lentry *e)
 {
+    SD_ASSERT(sd_mutex_held(&lock));
     size_t mask = cap - 1;
     size_t i = (size_t)(e - table);
     for (size_t j = (i + 1) & mask; table[j].addr; j = (j + 1) & mask) {
@@ -103,6 +106,7 @@ static void remove_locked(struct lentry *e)
 
 static size_t decay_locked(uint64_t now, int all, struct cached *out, size_t *nout)
 {
+    SD_ASSERT(sd_mutex_held(&lock));
     size_t bytes = 0;
     uint64_t decay = (uint64_t)sd_opt.decay_ms * 1000000ull;
     for (size_t i = 0; i < ncached;) {

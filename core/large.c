@@ -80,6 +80,7 @@ static inline size_t pages_of(size_t size)
 
 static void stash_expire_locked(struct stash *st)
 {
+    SD_ASSERT(sd_spin_held(&st->lock));
     uint64_t oldest = 0;
     for (unsigned i = 0; i < st->n; i++)
         if (!oldest || st->slot[i].since < oldest)
@@ -91,6 +92,7 @@ static void stash_expire_locked(struct stash *st)
 
 static void stash_remove_locked(struct stash *st, unsigned i)
 {
+    SD_ASSERT(sd_spin_held(&st->lock));
     st->pages -= st->slot[i].npages;
     st->slot[i] = st->slot[st->n - 1];
     __atomic_store_n(&st->n, st->n - 1, __ATOMIC_RELAXED);

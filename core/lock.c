@@ -1,5 +1,6 @@
 /*
- * core/lock.c - the contended paths of the slab lock (see lock.h).
+ * core/lock.c - the contended paths of the slab lock and its
+ * self-deadlock report (see lock.h).
  *
  * The protocol is Drepper's three-state mutex with the holder's tid as
  * the "locked" value: a waiter sets SD_SPIN_WAITERS and sleeps on the
@@ -15,6 +16,16 @@
 #include <unistd.h>
 
 #define SPINS 100                       /* about a slab lock's hold time */
+
+void (*sd_spin_deadlock_hook)(const sd_spin *l);
+
+void sd_spin_self_deadlock(const sd_spin *l)
+{
+    if (sd_spin_deadlock_hook)
+        sd_spin_deadlock_hook(l);
+    sd_fatal("slab lock %p taken twice by thread %u", (const void *)l,
+             sd_self_tid());
+}
 
 void sd_spin_lock_slow(sd_spin *l, uint32_t me)
 {

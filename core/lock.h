@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "fmt.h"
+#include "thread.h"
 
 #define likely(x)   __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -45,10 +46,11 @@ typedef struct {
 
 #define SD_SPIN_INIT { 0 }
 
-/* The calling thread's tid, cached in TLS (classes/tcache.c). */
-uint32_t sd_self_tid(void);
-/* Report a self-deadlock on a slab lock (cold; aborts). */
+/* Report a self-deadlock on a slab lock (cold; aborts).  The hook, when
+ * set, runs first and may give a better report (the classes layer names
+ * a get() callback that called the allocator); it aborts or returns. */
 void sd_spin_self_deadlock(const sd_spin *l) __attribute__((noreturn, cold));
+extern SD_HIDDEN void (*sd_spin_deadlock_hook)(const sd_spin *l);
 
 static inline int sd_spin_trylock(sd_spin *l)
 {

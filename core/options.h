@@ -55,7 +55,7 @@ struct sd_options {
 };
 
 /* SLABDEFRAG_MESH_BARRIER: how a slab being meshed is write-protected
- * (core/arena.c). */
+ * (core/heapfile.c). */
 enum { SD_BARRIER_AUTO, SD_BARRIER_UFFD, SD_BARRIER_MPROTECT };
 
 extern SD_HIDDEN struct sd_options sd_opt;

@@ -36,7 +36,7 @@ unsigned os_ncpus(void);
  * result, or -errno. */
 int os_membarrier(int cmd);
 
-/* ---- remappable memory (the meshing arena, core/arena.c) ----
+/* ---- remappable memory (the meshing arena, core/heapfile.c) ----
  * A memfd of `size` bytes (sparse, nothing allocated), close-on-exec.
  * *fd gets it.  0 or errno. */
 int os_memfd(size_t size, int *fd);

@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "arena.h"
+#include "heapfile.h"
 #include "os.h"
 
 /* A bit per 4 MiB of the 47-bit address space: 4 MiB of .bss, of which
@@ -36,7 +36,7 @@ static struct seg_kind kinds[SEG_NKINDS] = {
 static struct segment *segment_new(unsigned kind)
 {
     void *mem;
-    if (arena_segment_map(&mem) &&      /* meshing: remappable memory */
+    if (heapfile_segment_map(&mem) &&      /* meshing: remappable memory */
         os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
         return NULL;
     if (os_guard(mem, SEG_GUARD))
@@ -116,7 +116,7 @@ size_t segment_slab_free(struct slab *s)
     struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
     struct seg_kind *k = &kinds[seg->kind];
     size_t bytes = 1UL << seg->slot_shift;
-    arena_purge(s->start, bytes);
+    heapfile_purge(s->start, bytes);
     unsigned i = (unsigned)(s - seg->slabs);
     sd_mutex_lock(&k->lock);
     slab_set_state(s, SLAB_UNUSED);

@@ -6,7 +6,7 @@
  * EFAULT.  userfaultfd's write-protect mode (UFFDIO_REGISTER_MODE_WP,
  * UFFDIO_WRITEPROTECT) instead blocks every writer in the kernel, from
  * user or kernel mode alike, until the range is un-protected.  The arena
- * (core/arena.c) decides which barrier a mesh uses; this file only opens
+ * (core/heapfile.c) decides which barrier a mesh uses; this file only opens
  * the descriptor and protects and releases one range.
  *
  * Availability: the userfaultfd(2) system call without UFFD_USER_MODE_ONLY
@@ -51,7 +51,7 @@
 #include <stddef.h>
 
 /* Open the descriptor and negotiate the features (once per process; from
- * arena_init).  0 or errno (EPERM: not permitted; EINVAL/ENOSYS: the
+ * heapfile_init).  0 or errno (EPERM: not permitted; EINVAL/ENOSYS: the
  * kernel lacks write protection of shared memory). */
 int uffd_open(void);
 /* Is the descriptor open (in this process)? */

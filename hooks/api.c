@@ -20,7 +20,6 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
                               const struct sd_cache_ops *ops,
                               void *(*alloc_struct)(size_t));
 
-#define SD_EXPORT __attribute__((visibility("default")))
 
 /* A cache pointer the caller handed us: one of ours and alive? */
 static struct sd_cache *cache_checked(const sd_cache *s)
@@ -107,7 +106,7 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
         return cache_alloc_fast(c, &sd_tc.bins[c->id]);
     if (sd_pcpu_on && !sd_tc.in_get && pcpu_thread_init())
         return pcpu_alloc(c, c->id, sd_tc.pcpu);
-    struct tbin *b = sd_tc.ubins ? &sd_tc.ubins[c->id - SD_NCLASSES] : NULL;
+    struct tbin *b = tcache_ubin_of(&sd_tc, c->id);
     if (unlikely(!b)) {
         tcache_check_get("sd_cache_alloc");
         b = tcache_ubin(c->id);

@@ -24,10 +24,10 @@
 
 #include "alloc.h"
 #include "cache.h"
+#include "fmt.h"
 #include "options.h"
 #include "slabdefrag.h"
 
-#define SD_EXPORT __attribute__((visibility("default")))
 
 /* The slab whose counts decide for ptr: its own, or for an object of a
  * meshed alias (classes/mesh.c) the host's, which count the whole group

@@ -33,7 +33,7 @@
  *     SIGFPE, SIGILL, SIGTRAP, SIGSYS) stay unblocked: a fault with its
  *     signal blocked kills the process, and this thread writes the heap,
  *     where the mesh and fork write barrier parks writers in a SIGSEGV
- *     handler (core/arena.h).  glibc keeps its own SIGCANCEL and SIGSETXID
+ *     handler (core/heapfile.h).  glibc keeps its own SIGCANCEL and SIGSETXID
  *     unblocked whatever the mask says.
  *   - Life.  glibc ends a process with exit(0) when its last thread ends
  *     (main having called pthread_exit), and this thread would be the
@@ -75,6 +75,7 @@
 #include "mesh.h"
 #include "options.h"
 #include "os.h"
+#include "stat.h"
 #include "tcache.h"
 #include "vacate.h"
 
@@ -126,14 +127,6 @@ static int mesh_more;                        /* last mesh pass was cut short */
  * (ms): a pass checks its budget between slabs, and a slab's get()/kick()
  * and a control request can run past it. */
 #define PARK_WAIT_MS 100
-
-static void stat_max(uint64_t *p, uint64_t v)
-{
-    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0,
-                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
-}
 
 void shrinker_note_pass(size_t bytes)
 {
@@ -376,6 +369,7 @@ static void wake_thread(void)
  * and the caller's own mask is never touched. */
 static int create_thread_locked(void)
 {
+    SD_ASSERT(sd_mutex_held(&lock));
     static const int synchronous[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
     sigset_t mask;
     sigfillset(&mask);

@@ -25,7 +25,6 @@
 #include "shrinker.h"
 #include "slabdefrag.h"
 
-#define SD_EXPORT __attribute__((visibility("default")))
 
 /* ---------------------------------------------------------------- */
 /* A buffered writer (JSON is written in many small pieces)          */

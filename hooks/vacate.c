@@ -31,28 +31,17 @@
 #include "pcpu.h"
 #include "slab.h"
 #include "slabdefrag.h"
+#include "stat.h"
 #include "tcache.h"
 
 uint64_t vacate_longest_ns;
 uint64_t vacate_longest_pause_ns;
 
-static void stat_max(uint64_t *p, uint64_t v)
-{
-    uint64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 0, __ATOMIC_RELAXED,
-                                                   __ATOMIC_RELAXED))
-        ;
-}
-
 /* Put frozen slab s (locked by the caller) back untouched; unlocks it. */
 static void vacate_giveup_locked(struct sd_cache *c, struct slab *s, size_t *released)
 {
-    int release = cache_slab_settle_locked(c, s, 1);
-    if (release)
-        slab_set_state(s, SLAB_RELEASING);
-    sd_spin_unlock(&s->lock);
-    if (release)
-        *released += cache_slab_release(c, s);
+    SD_ASSERT(sd_spin_held(&s->lock) && s->state == SLAB_FROZEN);
+    *released += cache_slab_settle_unlock(c, s, 1);
 }
 
 /* Vacate frozen slab s, locked by the caller; returns with it unlocked and
@@ -81,23 +70,20 @@ static uint32_t vacate_locked(struct sd_cache *c, struct slab *s, void **vec,
         }
     }
     uint32_t left = s->inuse;
-    int release;
     if (left == 0) {
         cache_stat_add(c, SD_STAT_VACATE_SUCCESSES, 1);
         slab_set_state(s, SLAB_RELEASING);
-        release = 1;
+        sd_spin_unlock(&s->lock);
+        *released += cache_slab_release(c, s);
     } else {
         slab_resequence(s);
-        release = cache_slab_settle_locked(c, s, 1);
+        *released += cache_slab_settle_unlock(c, s, 1);
     }
-    sd_spin_unlock(&s->lock);
-    if (release)
-        *released += cache_slab_release(c, s);
     stat_max(&vacate_longest_ns, os_now_ns() - t0);
     return left;
 }
 
-__attribute__((visibility("default"))) int sd_vacate(void *addr)
+SD_EXPORT int sd_vacate(void *addr)
 {
     struct slab *s = segment_slab_of(addr);
     if (!s)

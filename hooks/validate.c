@@ -6,12 +6,19 @@
  * cache), each slab on them is in the matching state (slab locks are only
  * tried here, as the lock order demands), and their lengths equal
  * nr_partial / nr_empty.  Then every slab in every segment, under its slab
- * lock: a valid state, a registered cache, the cache's geometry, a freelist
- * whose pointers stay inside the slab on object boundaries without a cycle,
- * inuse == capacity - |freelist| (except ACTIVE and OWNED slabs, whose
- * free objects also sit on the owner's private lists), owner set exactly
- * when ACTIVE or OWNED, and
- * list membership that agrees with the state.
+ * lock, against the invariants of core/types.h: a valid state, a
+ * registered cache, the cache's geometry, a freelist whose pointers stay
+ * inside the slab on object boundaries without a cycle, inuse == capacity
+ * - |freelist| - |objects on purged pages| in every state, purged pages
+ * only where the freelist is not empty and never on a mesh host, owner set
+ * exactly when ACTIVE or OWNED, the per-CPU route (fbin) that follows the
+ * state, list membership that agrees with the state, and a mesh alias's
+ * (inuse 0, no freelist, a host that is no alias).  The owner-private
+ * counts (nlocal, the private list's nfree) are checked for the calling
+ * thread's own slabs, which it reads inside its gate; other threads'
+ * are theirs alone (classes/tcache.h).  Not checkable here: that a mesh
+ * host's freelist holds only slots free in every alias (an alias records
+ * no live set of its own; the mesh pass checks it when it meshes).
  */
 #include "validate.h"
 
@@ -23,6 +30,7 @@
 #include "fmt.h"
 #include "segment.h"
 #include "slab.h"
+#include "tcache.h"
 
 struct vctx {
     int    fd;
@@ -34,6 +42,7 @@ static const char *const state_names[] = {
     [SLAB_UNUSED] = "UNUSED", [SLAB_ACTIVE] = "ACTIVE", [SLAB_OWNED] = "OWNED",
     [SLAB_PARTIAL] = "PARTIAL", [SLAB_FULL] = "FULL", [SLAB_EMPTY] = "EMPTY",
     [SLAB_FROZEN] = "FROZEN", [SLAB_RELEASING] = "RELEASING",
+    [SLAB_MESHED] = "MESHED",
 };
 #define NSTATES (sizeof state_names / sizeof state_names[0])
 
@@ -106,28 +115,28 @@ static void check_list(struct vctx *v, struct sd_cache *c, struct sd_list *head,
                 list, n, expect);
 }
 
-static void check_slab(struct slab *s, void *arg)
+/* ---------------------------------------------------------------- */
+/* One slab, under its lock: the steps of check_slab                 */
+
+static const char *state_name(unsigned st)
 {
-    struct vctx *v = arg;
-    sd_spin_lock(&s->lock);
-    unsigned state = s->state;
+    return st < NSTATES && state_names[st] ? state_names[st] : "invalid";
+}
+
+/* A valid state, a registered cache, the cache's geometry.  0: the slab
+ * cannot be read further (reported). */
+static int check_identity(struct vctx *v, struct slab *s, const char *name)
+{
     struct sd_cache *c = s->cache;
-    if (state == SLAB_UNUSED || state == SLAB_RELEASING || state == SLAB_MESHED) {
-        sd_spin_unlock(&s->lock);       /* being set up or given back, or a
-                                           mesh alias (counted in its host) */
-        return;
-    }
-    v->r.slabs++;
-    const char *name = c ? c->name : "?";
-    if (state > SLAB_RELEASING) {
-        corrupt(v, name, s->start, "invalid state %u", state);
-        goto out;
+    if (s->state >= NSTATES) {
+        corrupt(v, name, s->start, "invalid state %u", s->state);
+        return 0;
     }
     if (!c || s->bin >= SD_MAX_CACHES ||
         __atomic_load_n(&sd_caches[s->bin], __ATOMIC_ACQUIRE) != c) {
         corrupt(v, name, s->start, "cache pointer %p (id %u) is not a registered "
                 "cache", (void *)c, s->bin);
-        goto out;
+        return 0;
     }
     uint32_t want = s->kind == c->kind ? c->capacity
                     : s->kind == c->page_kind ? c->page_capacity : 0;
@@ -136,70 +145,179 @@ static void check_slab(struct slab *s, void *arg)
         corrupt(v, name, s->start, "geometry %u objects of %u bytes (free pointer "
                 "at %u), the cache has %u of %u (at %u)", s->capacity, s->size,
                 s->fpo, c->capacity, c->size, c->fp_off);
-        goto out;
+        return 0;
     }
-    uint64_t map[SLAB_MAX_OBJECTS / 64];
-    memset(map, 0, sizeof map);
-    uint32_t nfree = 0;
-    int list_ok = 1;
+    return 1;
+}
+
+/* Walk a list of free objects of s from head (the shared freelist, or an
+ * owner's local or private list), marking each in map: every pointer
+ * inside the slab on an object boundary, no object twice (also across
+ * the lists walked into the same map).  Counts them into *n.  0 if the
+ * list is broken (reported). */
+static int walk_free_list(struct vctx *v, struct slab *s, const char *name,
+                          const char *what, void *head, uint64_t *map, uint32_t *n)
+{
     char *end = s->start + (size_t)s->capacity * s->size;
     void *before = NULL;
-    for (char *p = s->freelist; p; before = p, p = slab_next_raw(s, p)) {
+    uint32_t k = 0;
+    for (char *p = head; p; before = p, p = slab_next_raw(s, p)) {
         if (p < s->start || p >= end) {
             if (before)         /* the word as stored, and what it decodes to */
-                corrupt(v, name, s->start, "freelist pointer %p (stored in free "
+                corrupt(v, name, s->start, "%s pointer %p (stored in free "
                         "object %p, entry %u; decodes to %p) points outside the slab",
-                        *slab_fp(s, before), before, nfree, (void *)p);
+                        what, *slab_fp(s, before), before, k, (void *)p);
             else
-                corrupt(v, name, s->start, "freelist head %p points outside the "
-                        "slab", (void *)p);
-            list_ok = 0;
-            break;
+                corrupt(v, name, s->start, "%s head %p points outside the "
+                        "slab", what, (void *)p);
+            return 0;
         }
         if (!slab_contains(s, p)) {
-            corrupt(v, name, s->start, "freelist pointer %p after %u entries (stored "
-                    "as %p) is not on an object boundary", (void *)p, nfree,
+            corrupt(v, name, s->start, "%s pointer %p after %u entries (stored "
+                    "as %p) is not on an object boundary", what, (void *)p, k,
                     before ? *slab_fp(s, before) : (void *)p);
-            list_ok = 0;
-            break;
+            return 0;
         }
         uint32_t i = slab_index(s, p);
         if (map[i >> 6] >> (i & 63) & 1) {
-            corrupt(v, name, s->start, "freelist loops: object %p comes twice "
-                    "(after %u entries)", (void *)p, nfree);
-            list_ok = 0;
-            break;
+            corrupt(v, name, s->start, "%s loops or meets another free list: "
+                    "object %p comes twice (after %u entries)", what, (void *)p, k);
+            return 0;
         }
         map[i >> 6] |= 1ULL << (i & 63);
-        nfree++;
+        k++;
     }
-    int owned = state == SLAB_ACTIVE || state == SLAB_OWNED;
-    if (list_ok && slab_purged(s)) {      /* free, off the list (core/types.h) */
+    *n += k;
+    return 1;
+}
+
+/* inuse == capacity - |freelist| - |objects on purged pages|, in every
+ * state (ACTIVE and OWNED too: the owner's private and local lists count
+ * in inuse, and only the slab lock changes it); FULL and EMPTY agree with
+ * inuse; purged pages only on a slab with free objects left on its
+ * freelist, never on a mesh host. */
+static void check_counts(struct vctx *v, struct slab *s, const char *name,
+                         uint32_t nfree)
+{
+    uint64_t purged = slab_purged(s);
+    if (purged) {
         uint32_t np = slab_purged_objects(s);
         if (np + nfree > s->capacity)
             corrupt(v, name, s->start, "%u objects on purged pages and %u on the "
                     "freelist, of %u", np, nfree, s->capacity);
+        if (!s->freelist)
+            corrupt(v, name, s->start, "purged pages but an empty freelist");
+        if (s->mesh_alias)
+            corrupt(v, name, s->start, "purged pages on a mesh host");
         nfree += np;
     }
-    if (list_ok && !owned && s->inuse != s->capacity - nfree)
-        corrupt(v, name, s->start, "inuse %u, but capacity %u - %u free = %u",
-                s->inuse, s->capacity, nfree, s->capacity - nfree);
-    if (state == SLAB_FULL && s->inuse != s->capacity)
+    if (s->inuse != s->capacity - nfree)
+        corrupt(v, name, s->start, "%s: inuse %u, but capacity %u - %u free = %u",
+                state_name(s->state), s->inuse, s->capacity, nfree,
+                s->capacity - nfree);
+    if (s->state == SLAB_FULL && s->inuse != s->capacity)
         corrupt(v, name, s->start, "FULL with %u of %u objects in use", s->inuse,
                 s->capacity);
-    if (state == SLAB_EMPTY && s->inuse != 0)
+    if (s->state == SLAB_EMPTY && s->inuse != 0)
         corrupt(v, name, s->start, "EMPTY with %u objects in use", s->inuse);
+}
+
+/* owner != 0 exactly when ACTIVE or OWNED; fbin follows the state
+ * (slab_set_state).  For the calling thread's own slabs, the owner's
+ * counts too: nlocal == |local_free|, an ACTIVE slab is its bin's active
+ * one with nfree == |private list|, OWNED is not, and those lists hold
+ * objects of the slab that are on no other list (map: the freelist's). */
+static void check_owner(struct vctx *v, struct slab *s, const char *name,
+                        uint64_t *map)
+{
+    unsigned st = s->state;
+    int owned = st == SLAB_ACTIVE || st == SLAB_OWNED;
     if (owned != (s->owner != 0))
-        corrupt(v, name, s->start, "state %s with owner %p", state_names[state],
+        corrupt(v, name, s->start, "state %s with owner %p", state_name(st),
                 (void *)s->owner);
+    int takes = owned || st == SLAB_PARTIAL || st == SLAB_FULL;
+    if (s->fbin != (takes ? s->bin : SD_BIN_NONE))
+        corrupt(v, name, s->start, "state %s with per-CPU route %u (bin %u)",
+                state_name(st), s->fbin, s->bin);
+    struct tcache *t = &sd_tc;
+    if (!owned || t->state != TC_LIVE || s->owner != t->token)
+        return;
+    uint32_t nlocal = 0, nprivate = 0;
+    if (walk_free_list(v, s, name, "local list", s->local_free, map, &nlocal) &&
+        nlocal != s->nlocal)
+        corrupt(v, name, s->start, "local list holds %u objects, nlocal says %u",
+                nlocal, s->nlocal);
+    struct tbin *b = tcache_bin_of(t, s->bin);
+    if (!b) {
+        corrupt(v, name, s->start, "owned by this thread, which has no bin for it");
+        return;
+    }
+    if ((st == SLAB_ACTIVE) != (b->slab == s))
+        corrupt(v, name, s->start, "state %s, and %s its owner's active slab",
+                state_name(st), b->slab == s ? "is" : "is not");
+    if (st == SLAB_ACTIVE &&
+        walk_free_list(v, s, name, "private list", b->free, map, &nprivate) &&
+        nprivate != b->nfree)
+        corrupt(v, name, s->start, "private list holds %u objects, nfree says %u",
+                nprivate, b->nfree);
+    if (nlocal + nprivate > s->inuse)
+        corrupt(v, name, s->start, "%u objects on its owner's lists, but inuse %u",
+                nlocal + nprivate, s->inuse);
+}
+
+/* List membership that agrees with the state (which list: check_list). */
+static void check_links(struct vctx *v, struct slab *s, const char *name)
+{
+    unsigned st = s->state;
     int linked = s->link.next != &s->link;
-    if ((state == SLAB_ACTIVE || state == SLAB_FULL) && linked)
-        corrupt(v, name, s->start, "state %s but linked on a list",
-                state_names[state]);
-    if ((state == SLAB_PARTIAL || state == SLAB_EMPTY || state == SLAB_OWNED) &&
-        !linked)
-        corrupt(v, name, s->start, "state %s but on no list", state_names[state]);
-out:
+    if ((st == SLAB_ACTIVE || st == SLAB_FULL) && linked)
+        corrupt(v, name, s->start, "state %s but linked on a list", state_name(st));
+    if ((st == SLAB_PARTIAL || st == SLAB_EMPTY || st == SLAB_OWNED) && !linked)
+        corrupt(v, name, s->start, "state %s but on no list", state_name(st));
+}
+
+/* A mesh alias: inuse 0, no freelist, a host that has no host, on no
+ * list (its live objects are counted in the host). */
+static void check_alias(struct vctx *v, struct slab *s, const char *name)
+{
+    struct slab *h = s->mesh_host;
+    if (s->inuse || s->freelist)
+        corrupt(v, name, s->start, "MESHED with inuse %u and freelist %p",
+                s->inuse, s->freelist);
+    if (!h)
+        corrupt(v, name, s->start, "MESHED without a host");
+    else if (h->state == SLAB_MESHED || h->cache != s->cache)
+        corrupt(v, name, s->start, "MESHED into %p, %s", (void *)h->start,
+                h->state == SLAB_MESHED ? "itself an alias"
+                                        : "a slab of another cache");
+    if (s->link.next != &s->link)
+        corrupt(v, name, s->start, "MESHED but linked on a list");
+}
+
+static void check_slab(struct slab *s, void *arg)
+{
+    struct vctx *v = arg;
+    sd_spin_lock(&s->lock);
+    unsigned state = s->state;
+    if (state == SLAB_UNUSED || state == SLAB_RELEASING) {
+        sd_spin_unlock(&s->lock);       /* being set up or given back */
+        return;
+    }
+    v->r.slabs++;
+    const char *name = s->cache ? s->cache->name : "?";
+    if (check_identity(v, s, name)) {
+        if (state == SLAB_MESHED) {
+            check_alias(v, s, name);
+        } else {
+            uint64_t map[SLAB_MAX_OBJECTS / 64];
+            memset(map, 0, sizeof map);
+            uint32_t nfree = 0;
+            if (walk_free_list(v, s, name, "freelist", s->freelist, map, &nfree))
+                check_counts(v, s, name, nfree);
+            check_owner(v, s, name, map);
+            check_links(v, s, name);
+        }
+    }
     sd_spin_unlock(&s->lock);
 }
 
@@ -217,7 +335,11 @@ int validate_all(int fd, struct validate_result *out)
         check_list(&v, c, &c->empty, c->nr_empty, SLAB_EMPTY, "empty");
         sd_mutex_unlock(&c->list_lock);
     }
+    /* In the gate: the shrinker leaves this thread's bins alone while
+     * check_owner reads them (classes/tcache.h). */
+    tcache_enter(&sd_tc);
     segment_for_each_slab(check_slab, &v, 0);
+    tcache_leave(&sd_tc);
     if (!v.err)
         v.err = sd_dprintf(fd, "validate: %zu slabs in %zu caches checked, %zu "
                            "error%s\n", v.r.slabs, v.r.caches, v.r.errors,

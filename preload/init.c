@@ -18,16 +18,12 @@
 
 #include "cache.h"
 #include "control.h"
-#include "fmt.h"
-#include "large.h"
 #include "lifetime.h"
 #include "options.h"
-#include "segment.h"
 #include "shrinker.h"
 #include "slabdefrag.h"
 #include "stats.h"
 #include "syscalls.h"
-#include "tcache.h"
 
 static void fork_child(void)
 {

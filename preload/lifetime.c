@@ -54,12 +54,12 @@
 #include <pthread.h>
 #include <threads.h>
 
+#include "fmt.h"
 #include "lock.h"
 #include "sdmalloc.h"
 #include "shrinker.h"
 #include "syscalls.h"
 
-#define SD_EXPORT __attribute__((visibility("default")))
 
 typedef int pthread_create_fn(pthread_t *, const pthread_attr_t *, void *(*)(void *),
                               void *);

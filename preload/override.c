@@ -1,25 +1,20 @@
 /*
  * preload/override.c - the libc face: the malloc family under its libc
  * names, the __libc_* aliases glibc programs and libraries call, and
- * nothing else.  Each is a tail call into classes/malloc.c.
+ * nothing else.  Each is a tail call into classes/malloc.c (mallinfo2:
+ * classes/mallinfo.c).  The signal calls are preload/signals.c.
  */
 #define _GNU_SOURCE
 #pragma GCC diagnostic ignored "-Wmissing-attributes"
 #include <errno.h>
 #include <malloc.h>
-#include <signal.h>
 #include <stddef.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "arena.h"
-#include "cache.h"
-#include "large.h"
-#include "sdmalloc.h"
+#include "fmt.h"
 #include "os.h"
-#include "segment.h"
+#include "sdmalloc.h"
 
-#define SD_EXPORT __attribute__((visibility("default")))
 #define ALIAS(name) __attribute__((alias(#name), visibility("default"), used))
 
 SD_EXPORT void *malloc(size_t n) { return sdm_malloc(n); }
@@ -56,69 +51,7 @@ SD_EXPORT void free_aligned_sized(void *p, size_t align, size_t n)
 SD_EXPORT void cfree(void *p) { sdm_free(p); }
 SD_EXPORT int malloc_trim(size_t pad) { (void)pad; return sdm_trim(); }
 
-/* SIGSEGV belongs to the mesh barrier while meshing is on (core/arena.h):
- * a program's handler is chained behind ours, as Mesh does.  Every other
- * signal, and SIGSEGV with meshing off, goes straight to libc.  The signal
- * masks keep SIGSEGV unblocked while meshing is on (arena_sigmask). */
-SD_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
-{
-    return arena_sigaction(sig, act, old);
-}
-SD_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
-{
-    return arena_sigmask(how, set, old);
-}
-SD_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
-{
-    int err = arena_sigmask(how, set, old);
-    if (err) {
-        errno = err;
-        return -1;
-    }
-    return 0;
-}
-SD_EXPORT int sigaltstack(const stack_t *ss, stack_t *old)
-{
-    return arena_sigaltstack(ss, old);
-}
-SD_EXPORT sighandler_t signal(int sig, sighandler_t h)
-{
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = h;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;           /* BSD semantics, as glibc's signal() */
-    if (arena_sigaction(sig, &sa, &old) < 0)
-        return SIG_ERR;
-    return old.sa_handler;
-}
-
-SD_EXPORT struct mallinfo2 mallinfo2(void)
-{
-    struct mallinfo2 mi;
-    memset(&mi, 0, sizeof mi);
-    size_t mapped, slots;
-    segment_usage(&mapped, &slots);
-    struct large_stats l;
-    large_get_stats(&l);
-    size_t lbytes = l.bytes, lcached = l.cached_bytes + l.dirty_bytes + l.huge_cached_bytes;
-    mi.arena = mapped;
-    mi.hblks = l.huge_blocks + l.extent_blocks;
-    mi.hblkhd = lbytes;
-    size_t inuse = 0;
-    for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
-        struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
-        if (!c)
-            continue;
-        struct cache_usage u;
-        cache_usage(c, &u);
-        inuse += u.objects_inuse * c->size;
-    }
-    mi.uordblks = inuse + lbytes;
-    mi.fordblks = mapped > inuse ? mapped - inuse : 0;
-    mi.keepcost = lcached;
-    return mi;
-}
+SD_EXPORT struct mallinfo2 mallinfo2(void) { return sdm_mallinfo2(); }
 
 SD_EXPORT struct mallinfo mallinfo(void)
 {

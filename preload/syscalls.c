@@ -1,6 +1,6 @@
 /*
  * preload/syscalls.c - the receiving system calls across the mesh write
- * barrier (core/arena.h): read, pread, readv, preadv, preadv2, recv,
+ * barrier (core/heapfile.h): read, pread, readv, preadv, preadv2, recv,
  * recvfrom, recvmsg, and the __*_chk forms _FORTIFY_SOURCE turns some of
  * them into.
  *
@@ -10,12 +10,12 @@
  * fails the call with EFAULT.  (Under the userfaultfd barrier a mesh makes
  * no call fail: the kernel waits, and the wrappers see nothing of it.)
  * Each wrapper is one
- * predictable branch on arena_base when meshing is off, then the next
+ * predictable branch on heapfile_base when meshing is off, then the next
  * definition.  With meshing on it reads the barrier generation, calls, and
- * on EFAULT asks arena_barrier_wait() whether a barrier explains it: if so
+ * on EFAULT asks barrier_wait() whether a barrier explains it: if so
  * it has waited, and the call is made again.  Files, pipes and stream
  * sockets keep the data when the copy faults; what datagram sockets and
- * event fds lose is listed in core/arena.h.
+ * event fds lose is listed in core/heapfile.h.
  *
  * The next definition (libc's, or that of an interposer loaded after us)
  * is found with dlsym(RTLD_NEXT) by syscalls_init() in the constructor:
@@ -54,10 +54,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "arena.h"
+#include "barrier.h"
+#include "fmt.h"
+#include "heapfile.h"
 #include "lock.h"
 
-#define SD_EXPORT __attribute__((visibility("default")))
 #define CONTROL_MAX 512         /* bytes of ancillary data copied through the stack */
 
 /* glibc: exported (GLIBC_2.2.5, GLIBC_2.3.4), not declared. */
@@ -162,13 +163,13 @@ void syscalls_init(void)
 /* The retry                                                         */
 
 /* Evaluates to the result of `call`, made again for as long as it fails
- * with EFAULT and `wait` (an arena_barrier_wait* call that may use g, the
+ * with EFAULT and `wait` (an barrier_wait* call that may use g, the
  * generation read before the call) says a barrier explains it. */
 #define BARRIER_RETRY(call, wait) ({                                        \
         ssize_t r_;                                                         \
         unsigned g;                                                         \
         do {                                                                \
-            g = arena_barrier_gen();                                        \
+            g = barrier_gen();                                        \
             r_ = (call);                                                    \
         } while (r_ < 0 && errno == EFAULT && (wait));                      \
         r_; })
@@ -176,46 +177,46 @@ void syscalls_init(void)
 /* The slow paths, with meshing on (not cold: then every call takes them). */
 static __attribute__((noinline)) ssize_t read_barrier(int fd, void *buf, size_t n)
 {
-    return BARRIER_RETRY(NEXT(read)(fd, buf, n), arena_barrier_wait(buf, n, g));
+    return BARRIER_RETRY(NEXT(read)(fd, buf, n), barrier_wait(buf, n, g));
 }
 
 static __attribute__((noinline)) ssize_t pread_barrier(int fd, void *buf, size_t n,
                                                        off64_t off)
 {
-    return BARRIER_RETRY(NEXT(pread64)(fd, buf, n, off), arena_barrier_wait(buf, n, g));
+    return BARRIER_RETRY(NEXT(pread64)(fd, buf, n, off), barrier_wait(buf, n, g));
 }
 
 static __attribute__((noinline)) ssize_t readv_barrier(int fd, const struct iovec *v,
                                                        int n)
 {
-    return BARRIER_RETRY(NEXT(readv)(fd, v, n), arena_barrier_wait_any(g));
+    return BARRIER_RETRY(NEXT(readv)(fd, v, n), barrier_wait_any(g));
 }
 
 static __attribute__((noinline)) ssize_t preadv_barrier(int fd, const struct iovec *v,
                                                         int n, off64_t off)
 {
-    return BARRIER_RETRY(NEXT(preadv64)(fd, v, n, off), arena_barrier_wait_any(g));
+    return BARRIER_RETRY(NEXT(preadv64)(fd, v, n, off), barrier_wait_any(g));
 }
 
 static __attribute__((noinline)) ssize_t preadv2_barrier(int fd, const struct iovec *v,
                                                          int n, off64_t off, int fl)
 {
-    return BARRIER_RETRY(NEXT(preadv64v2)(fd, v, n, off, fl), arena_barrier_wait_any(g));
+    return BARRIER_RETRY(NEXT(preadv64v2)(fd, v, n, off, fl), barrier_wait_any(g));
 }
 
 static __attribute__((noinline)) ssize_t recv_barrier(int fd, void *buf, size_t n, int fl)
 {
-    return BARRIER_RETRY(NEXT(recv)(fd, buf, n, fl), arena_barrier_wait(buf, n, g));
+    return BARRIER_RETRY(NEXT(recv)(fd, buf, n, fl), barrier_wait(buf, n, g));
 }
 
 static __attribute__((noinline)) ssize_t recvfrom_barrier(int fd, void *buf, size_t n,
                                                           int fl, struct sockaddr *addr,
                                                           socklen_t *len)
 {
-    if (!addr || !len || (!arena_mapped(addr, 1) && !arena_mapped(len, sizeof *len)) ||
+    if (!addr || !len || (!heapfile_mapped(addr, 1) && !heapfile_mapped(len, sizeof *len)) ||
         (int)*len < 0)
         return BARRIER_RETRY(NEXT(recvfrom)(fd, buf, n, fl, addr, len),
-                             arena_barrier_wait(buf, n, g));
+                             barrier_wait(buf, n, g));
     /* The address is written after the data has left the socket: into
      * ours, then copied with the kernel's rules (truncated to the caller's
      * length, which becomes the address's full length). */
@@ -223,7 +224,7 @@ static __attribute__((noinline)) ssize_t recvfrom_barrier(int fd, void *buf, siz
     socklen_t want = *len, got;
     ssize_t r = BARRIER_RETRY((got = sizeof a,
                                NEXT(recvfrom)(fd, buf, n, fl, (struct sockaddr *)&a, &got)),
-                              arena_barrier_wait(buf, n, g));
+                              barrier_wait(buf, n, g));
     if (r >= 0) {
         memcpy(addr, &a, want < got ? want : got);
         *len = got;
@@ -237,15 +238,15 @@ static __attribute__((noinline)) ssize_t recvmsg_barrier(int fd, struct msghdr *
     struct msghdr m = *msg, t;
     struct sockaddr_storage name;
     union { struct cmsghdr align; char buf[CONTROL_MAX]; } control;
-    if (m.msg_name && (int)m.msg_namelen >= 0 && arena_mapped(m.msg_name, 1)) {
+    if (m.msg_name && (int)m.msg_namelen >= 0 && heapfile_mapped(m.msg_name, 1)) {
         m.msg_name = &name;
         m.msg_namelen = sizeof name;    /* the kernel's cap too */
     }
     if (m.msg_control && m.msg_controllen <= CONTROL_MAX &&
-        arena_mapped(m.msg_control, 1))
+        heapfile_mapped(m.msg_control, 1))
         m.msg_control = control.buf;
     ssize_t r = BARRIER_RETRY((t = m, NEXT(recvmsg)(fd, &t, fl)),
-                              arena_barrier_wait_any(g));
+                              barrier_wait_any(g));
     if (r < 0)
         return r;
     if (m.msg_name == &name)
@@ -265,35 +266,35 @@ static __attribute__((noinline)) ssize_t recvmsg_barrier(int fd, struct msghdr *
 
 static inline ssize_t sd_read(int fd, void *buf, size_t n)
 {
-    if (likely(!arena_base))
+    if (likely(!heapfile_base))
         return NEXT(read)(fd, buf, n);
     return read_barrier(fd, buf, n);
 }
 
 static inline ssize_t sd_pread(int fd, void *buf, size_t n, off64_t off)
 {
-    if (likely(!arena_base))
+    if (likely(!heapfile_base))
         return NEXT(pread64)(fd, buf, n, off);
     return pread_barrier(fd, buf, n, off);
 }
 
 static inline ssize_t sd_preadv(int fd, const struct iovec *v, int n, off64_t off)
 {
-    if (likely(!arena_base))
+    if (likely(!heapfile_base))
         return NEXT(preadv64)(fd, v, n, off);
     return preadv_barrier(fd, v, n, off);
 }
 
 static inline ssize_t sd_preadv2(int fd, const struct iovec *v, int n, off64_t off, int fl)
 {
-    if (likely(!arena_base))
+    if (likely(!heapfile_base))
         return NEXT(preadv64v2)(fd, v, n, off, fl);
     return preadv2_barrier(fd, v, n, off, fl);
 }
 
 static inline ssize_t sd_recv(int fd, void *buf, size_t n, int fl)
 {
-    if (likely(!arena_base))
+    if (likely(!heapfile_base))
         return NEXT(recv)(fd, buf, n, fl);
     return recv_barrier(fd, buf, n, fl);
 }
@@ -301,7 +302,7 @@ static inline ssize_t sd_recv(int fd, void *buf, size_t n, int fl)
 static inline ssize_t sd_recvfrom(int fd, void *buf, size_t n, int fl,
                                   struct sockaddr *addr, socklen_t *len)
 {
-    if (likely(!arena_base))
+    if (likely(!heapfile_base))
         return NEXT(recvfrom)(fd, buf, n, fl, addr, len);
     return recvfrom_barrier(fd, buf, n, fl, addr, len);
 }
@@ -318,7 +319,7 @@ SD_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off64_t off)
 
 SD_EXPORT ssize_t readv(int fd, const struct iovec *v, int n)
 {
-    if (likely(!arena_base))
+    if (likely(!heapfile_base))
         return NEXT(readv)(fd, v, n);
     return readv_barrier(fd, v, n);
 }
@@ -350,7 +351,7 @@ SD_EXPORT ssize_t recvfrom(int fd, void *restrict buf, size_t n, int fl,
 }
 SD_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int fl)
 {
-    if (likely(!arena_base))
+    if (likely(!heapfile_base))
         return NEXT(recvmsg)(fd, msg, fl);
     return recvmsg_barrier(fd, msg, fl);
 }

@@ -1,6 +1,6 @@
 /*
  * preload/syscalls.h - the receiving system calls (read, recv...) retried
- * across the mesh write barrier; see preload/syscalls.c and core/arena.h.
+ * across the mesh write barrier; see preload/syscalls.c and core/heapfile.h.
  */
 #ifndef SD_PRELOAD_SYSCALLS_H
 #define SD_PRELOAD_SYSCALLS_H

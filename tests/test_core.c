@@ -1,7 +1,7 @@
 /*
  * tests/test_core.c - unit tests of the static core (libsdcore.a): the
  * sdm_* malloc family of classes/sdmalloc.h and the sd_cache_* API of
- * hooks/slabdefrag.h.  The program keeps glibc's malloc; only sdm_* and
+ * include/slabdefrag.h.  The program keeps glibc's malloc; only sdm_* and
  * sd_* reach slabdefrag.  This is what the ASan+UBSan build runs.
  */
 #define _GNU_SOURCE
@@ -952,4 +952,85 @@ Test(unit, large_stats_fields)
     cr_assert_not_null(strstr(l, " purged ("));
     cr_assert_not_null(strstr(l, "mappings: "));
     sdm_free(h);
+}
+
+/* ---- the validator checks owned slabs too (issue 14) ----------------------- */
+
+#include <sys/wait.h>
+
+#include "pcpu.h"
+#include "segment.h"
+
+/* Owned slabs exist in per-thread mode only, and the mode is read at
+ * start-up: in per-CPU mode the test runs itself again, alone, with
+ * SLABDEFRAG_PERCPU=0, and passes if that run passes.  1: run it here. */
+static int in_per_thread_mode(const char *test)
+{
+    void *p = sdm_malloc(1);            /* the mode is decided by now */
+    sdm_free(p);
+    if (!sd_pcpu_on)
+        return 1;
+    char filter[128];
+    snprintf(filter, sizeof filter, "unit/%s", test);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        /* A fresh environment: Criterion's worker variables would make
+         * the new process a worker of this run. */
+        char *const argv[] = { "test-core", "--filter", filter, NULL };
+        char *const envp[] = { "SLABDEFRAG_PERCPU=0", NULL };
+        execve("/proc/self/exe", argv, envp);
+        _exit(127);
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "%s with SLABDEFRAG_PERCPU=0: status %#x", test, st);
+    return 0;
+}
+
+/* An ACTIVE slab of this thread, with one object on its local list. */
+static struct slab *own_active_slab(sd_cache **cp, void **kept)
+{
+    sd_cache *c = sd_cache_create("validate-owned", 64, 0, SD_NO_MERGE, NULL, NULL);
+    cr_assert_not_null(c);
+    void *a = sd_cache_alloc(c), *b = sd_cache_alloc(c);
+    cr_assert(a && b);
+    struct slab *s = segment_slab_of(a);
+    cr_assert_not_null(s);
+    cr_assert_eq(s->state, SLAB_ACTIVE, "state %u, want ACTIVE", s->state);
+    sd_cache_free(c, b);                /* onto the slab's local list */
+    cr_assert_eq(s->nlocal, 1);
+    cr_assert_eq(validate_errors(), 0);
+    *cp = c;
+    *kept = a;
+    return s;
+}
+
+Test(unit, validate_checks_inuse_of_active_slabs)
+{
+    if (!in_per_thread_mode("validate_checks_inuse_of_active_slabs"))
+        return;
+    sd_cache *c;
+    void *a;
+    struct slab *s = own_active_slab(&c, &a);
+    s->inuse--;                         /* one object lost from the count */
+    cr_assert_eq(validate_errors(), 1);
+    s->inuse++;
+    cr_assert_eq(validate_errors(), 0);
+    sd_cache_free(c, a);
+}
+
+Test(unit, validate_checks_owners_local_list)
+{
+    if (!in_per_thread_mode("validate_checks_owners_local_list"))
+        return;
+    sd_cache *c;
+    void *a;
+    struct slab *s = own_active_slab(&c, &a);
+    s->nlocal++;                        /* the count disagrees with the list */
+    cr_assert_eq(validate_errors(), 1);
+    s->nlocal--;
+    cr_assert_eq(validate_errors(), 0);
+    sd_cache_free(c, a);
 }

@@ -769,7 +769,7 @@ static int barrier_is(const char *name)
  * FILEs whose buffers are heap objects, stat and fstat into a heap struct
  * stat).  With the uffd barrier no call may fail; with mprotect only the
  * calls README lists (stdio refills, stat...).  No fork here: a fork's
- * barrier is mprotect under either (core/arena.h). */
+ * barrier is mprotect under either (core/heapfile.h). */
 static void kernel_rounds(unsigned rounds)
 {
     for (unsigned round = 0; round < rounds; round++) {

@@ -5,7 +5,7 @@
  * glibc's fork() locks its NSS database state, which it allocated with
  * malloc, after the atfork prepare handlers and before the fork itself;
  * the mesh arena is write-protected from the prepare handler on, so the
- * forking thread must get its write through (core/arena.c, fork_step) or
+ * forking thread must get its write through (core/heapfile.c, fork_step) or
  * it waits forever for the fork it is making.  Another thread exists so
  * that glibc takes its multi-threaded fork path, and each child uses NSS
  * too.  Exits 0 on success; a hang is ended by alarm() (SIGALRM).

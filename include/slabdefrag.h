@@ -1,5 +1,5 @@
 /*
- * slabdefrag.h - the one public header of slabdefrag.
+ * include/slabdefrag.h - the one public header of slabdefrag.
  *
  * slabdefrag is a malloc replacement whose every allocation lives in a
  * SLUB-style per-size cache.  Programs that want memory back create typed
@@ -117,8 +117,8 @@ struct sd_cache_info {
 
 /* Fill *out.  0, or -EINVAL for a NULL or unknown cache. */
 int sd_cache_get_info(const sd_cache *s, struct sd_cache_info *out);
-/* The cache of a malloc size class by name ("malloc-64"), or of the class
- * that serves `size` bytes with size_class_of(); NULL if none. */
+/* The live cache called `name`: a typed cache, or a malloc size class
+ * ("malloc-64"); NULL if none, or if name is NULL. */
 sd_cache *sd_cache_find(const char *name);
 /* Print the slabinfo-style table of every cache to fd.  0 or -errno. */
 int sd_stats_print(int fd);

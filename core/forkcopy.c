@@ -1,0 +1,164 @@
+/*
+ * core/forkcopy.c - fork with a meshing arena: the parent's arena is
+ * write-protected across the fork, the child copies it into a fresh memfd
+ * and re-creates the mesh aliases, and the parent waits for that copy
+ * before it writes again (see heapfile.h, "Fork").
+ */
+#define _GNU_SOURCE
+#include "heapfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "heapfile_internal.h"
+#include "os.h"
+#include "types.h"
+#include "segment.h"
+#include "uffd.h"
+
+int forkcopy_active;                    /* the whole arena is read-only */
+int forkcopy_protected;                 /* ... and we made it so */
+pid_t forkcopy_pid;                     /* the parent's pid during a fork */
+uint32_t forkcopy_tid;                  /* the forking thread */
+static uintptr_t step_page;             /* a page let through for one
+                                           instruction (forkcopy_step) */
+static struct sigaction step_old;       /* SIGTRAP's action meanwhile */
+static int step_unblocked;              /* SIGTRAP was blocked: block again */
+static int fork_pipe[2] = { -1, -1 };
+static int child_done;
+static void (*child_realias)(void);     /* forkcopy_set_realias */
+
+void forkcopy_set_realias(void (*realias)(void))
+{
+    child_realias = realias;
+}
+
+/* glibc's fork() writes malloc'd memory of its own after the prepare
+ * handlers and before the fork system call: the NSS database state's lock
+ * (__nss_database_fork_prepare_parent).  The forking thread must not wait
+ * for a fork it is itself holding up.  So its write goes through: the
+ * page is made writable for exactly one instruction (the trap flag), and
+ * the trap after it protects the page again, still before the fork, so
+ * no write after the fork ever reaches the child's copy.  x86-64 only;
+ * elsewhere such a write would wait forever (as before). */
+#if defined(__x86_64__)
+static void forkcopy_step_done(int sig, siginfo_t *si, void *ucv)
+{
+    ucontext_t *uc = ucv;
+    if (step_page && os_gettid() == forkcopy_tid) {
+        os_protect((void *)step_page, SD_PAGE_SIZE, 0);
+        step_page = 0;
+        uc->uc_mcontext.gregs[REG_EFL] &= ~0x100L;
+        if (step_unblocked)
+            sigaddset(&uc->uc_sigmask, SIGTRAP);
+        __sigaction(SIGTRAP, &step_old, NULL);
+        return;
+    }
+    __sigaction(SIGTRAP, &step_old, NULL);  /* not ours: theirs again */
+}
+
+int forkcopy_step(uintptr_t a, void *ucv)
+{
+    ucontext_t *uc = ucv;
+    if (!forkcopy_protected || step_page || getpid() != forkcopy_pid || os_gettid() != forkcopy_tid)
+        return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = forkcopy_step_done;
+    sa.sa_flags = SA_SIGINFO;
+    sigfillset(&sa.sa_mask);
+    if (__sigaction(SIGTRAP, &sa, &step_old))
+        return 0;
+    step_unblocked = sigismember(&uc->uc_sigmask, SIGTRAP) == 1;
+    sigdelset(&uc->uc_sigmask, SIGTRAP);
+    step_page = a & ~(SD_PAGE_SIZE - 1);
+    os_protect((void *)step_page, SD_PAGE_SIZE, 1);
+    uc->uc_mcontext.gregs[REG_EFL] |= 0x100L;   /* trap after one instruction */
+    return 1;
+}
+#else
+int forkcopy_step(uintptr_t a, void *ucv) { return 0; }
+#endif
+
+void forkcopy_prepare(void)
+{
+    if (!heapfile_base)
+        return;
+    if (pipe2(fork_pipe, O_CLOEXEC))
+        fork_pipe[0] = fork_pipe[1] = -1;
+    forkcopy_pid = getpid();
+    forkcopy_tid = os_gettid();
+    child_done = 0;
+    __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
+    barrier_mine = 1;
+    __atomic_store_n(&forkcopy_active, 1, __ATOMIC_RELEASE);
+    /* Without our handler a writer would crash: then copy unprotected
+     * (the child may see writes the parent's other threads make while it
+     * copies; documented in heapfile.h's caller, classes/mesh.c). */
+    forkcopy_protected = sigchain_handler_ours() && fork_pipe[0] >= 0 &&
+                     os_protect((void *)heapfile_base, heapfile_used(), 0) == 0;
+}
+
+void forkcopy_parent(void)
+{
+    if (!heapfile_base)
+        return;
+    if (fork_pipe[1] >= 0) {
+        close(fork_pipe[1]);
+        char c;
+        while (read(fork_pipe[0], &c, 1) < 0 && errno == EINTR)
+            ;                           /* EOF if the fork failed */
+        close(fork_pipe[0]);
+    }
+    fork_pipe[0] = fork_pipe[1] = -1;
+    if (forkcopy_protected) {
+        os_protect((void *)heapfile_base, heapfile_used(), 1);
+        segment_guard_all(1);           /* the fork handler holds the kind locks */
+    }
+    __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
+    barrier_mine = 0;
+}
+
+/* Runs once in the child: from the atfork handler, or from the SIGSEGV
+ * handler if the child wrote to the heap first.  Single-threaded. */
+void forkcopy_child_copy(void)
+{
+    if (child_done)
+        return;
+    child_done = 1;
+    int fd;
+    size_t used = heapfile_used();
+    if (os_memfd(HEAPFILE_SIZE, &fd) ||
+        os_copy_file_data(heapfile_fd, fd, used) ||
+        os_map_shared_fixed((void *)heapfile_base, used, fd, 0))
+        sd_fatal("fork: cannot copy the mesh arena for the child (errno %d)", errno);
+    int old = heapfile_fd;
+    heapfile_fd = fd;
+    if (child_realias)
+        child_realias();
+    segment_guard_all(1);
+    uffd_fork_child();                  /* the inherited one is the parent's */
+    if (uffd_ready())
+        uffd_register((void *)heapfile_base, used);   /* the new mappings */
+    close(old);
+    if (fork_pipe[1] >= 0) {
+        char c = 1;
+        if (write(fork_pipe[1], &c, 1) < 0) { /* the parent sees EOF */ }
+        close(fork_pipe[1]);
+        close(fork_pipe[0]);
+    }
+    fork_pipe[0] = fork_pipe[1] = -1;
+    __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
+    barrier_mine = 0;
+}
+
+void forkcopy_child(void)
+{
+    if (heapfile_base)
+        forkcopy_child_copy();
+}
