@@ -566,7 +566,7 @@ static void cache_note_sparse(struct sd_cache *c)
 int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
 {
     SD_ASSERT(sd_spin_held(&s->lock));
-    if (s->state == SLAB_PARTIAL)
+    if (s->state == SLAB_PARTIAL && unlikely(s->purged & SLAB_PURGE_SEEN))
         s->purged &= ~SLAB_PURGE_SEEN;  /* the decay pass looks again */
     if (s->state == SLAB_FULL) {
         /* One batch can take a slab from full to sparse (a per-CPU drain
