@@ -189,6 +189,7 @@
 #include "debug.h"
 #include "fmt.h"
 #include "heapfile.h"
+#include "large.h"
 #include "mesh.h"
 #include "options.h"
 #include "os.h"
@@ -197,7 +198,11 @@
 #include "slab.h"
 #include "tcache.h"
 
-#define PURGE_MIN_SIZE 512      /* page purging: classes a page holds <= 8 of */
+/* Page purging (below, "Pages of sparse slabs"): every malloc class in
+ * slabs above one page.  From PURGE_EACH_FREE_SIZE a page holds at most 8
+ * objects and a slab at most 32, and each free into a sparse slab looks
+ * for free pages; below it, only the shrinker's decay pass does. */
+#define PURGE_EACH_FREE_SIZE 512
 
 struct sd_cache sd_malloc_caches[SD_NCLASSES];
 struct sd_cache *sd_caches[SD_MAX_CACHES];
@@ -266,8 +271,10 @@ void cache_init(void)
                 unsigned kind;
                 sizeclass_malloc_geometry(c->size, &kind, &c->capacity);
                 c->kind = (uint8_t)kind;
-                c->page_purge = (uint8_t)(sd_opt.page_purge && c->size >= PURGE_MIN_SIZE &&
-                                          seg_kind_bytes(kind) > (1u << SLAB_PAGE_SHIFT));
+                c->page_purge = !sd_opt.page_purge ||
+                                seg_kind_bytes(kind) <= (1u << SLAB_PAGE_SHIFT) ? PURGE_NONE :
+                                c->size >= PURGE_EACH_FREE_SIZE ? PURGE_EACH_FREE :
+                                PURGE_IN_PASSES;
             }
             mesh_geometry(c);       /* page-sized slabs when meshing */
             sd_caches[i] = c;
@@ -476,8 +483,17 @@ size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail)
  * A slab of a big class holds few objects per 4 KiB page, so when most of
  * a heap dies at random, many pages of its sparse slabs hold no live
  * object while the slab itself still does (1408 B in 16 KiB slabs: 11
- * objects, about 3 per page).  Those pages go back to the OS while the
- * slab lives: when a free leaves a PARTIAL slab at most a quarter in use,
+ * objects, about 3 per page).  A slab of a small class holds many objects
+ * per page, and when its survivors are clustered (objects allocated
+ * together die together: redis-age deletes whole runs of keys), its other
+ * pages are free too (80 B in 16 KiB slabs: 204 objects, 51 per page,
+ * often one run of keys alive in a slab that spans seven).  Those pages
+ * go back to the OS while the slab lives.  In a big class (PURGE_EACH_FREE),
+ * when a free leaves a PARTIAL slab at most a quarter in use; in a small
+ * one (PURGE_IN_PASSES), whose slab holds up to 1,024 objects to walk,
+ * from the shrinker's decay pass (cache_purge_sparse: a slab that stayed
+ * sparse at the tail of the partial list; done on each free, it doubled
+ * xthread's time by purging pages that the next batch faulted back in),
  * the pages every object of which is free are purged (heapfile_purge, under
  * the slab lock: a free of the slab waits for the madvise) and their
  * objects leave the freelist, since it lives inside free objects and the
@@ -489,8 +505,8 @@ size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail)
  * frees make sparse moves to its tail, so a purged slab is the last one
  * allocated from.  A purge keeps at least one object on the freelist (a
  * PARTIAL slab always has one); a slab with purged pages that empties is
- * released, never retained.  Malloc classes from PURGE_MIN_SIZE (a page
- * holds at most 8 objects) in slabs above one page, not debugged, and,
+ * released, never retained.  Malloc classes in slabs above one page, not
+ * debugged, and,
  * with meshing, not the classes that mesh (their sparse slabs mesh
  * instead: a mesh needs every free slot on a list).  Off with
  * SLABDEFRAG_PAGE_PURGE=0.
@@ -502,8 +518,15 @@ static void slab_purge_pages_locked(struct sd_cache *c, struct slab *s)
     if (s->mesh_alias || slab_free_map(s, map) < 0)
         return;                     /* a mesh host; a corrupt list: validation's */
     uint64_t pages = slab_free_pages(s, map) & ~s->purged;
-    if (!pages || !slab_unlink_pages(s, pages))
+    if (!pages)
         return;
+    if (!slab_unlink_pages(s, pages)) {
+        /* Every free object is on those pages (its live objects fill
+         * whole pages): keep the first one's, for the freelist. */
+        pages &= ~slab_object_pages(s, s->freelist);
+        if (!pages || !slab_unlink_pages(s, pages))
+            return;
+    }
     s->purged |= pages;
     unsigned n = 0;
     while (pages) {                 /* one call per run of pages */
@@ -516,6 +539,68 @@ static void slab_purge_pages_locked(struct sd_cache *c, struct slab *s)
     }
     cache_stat_add(c, SD_STAT_PAGES_PURGED, n);
     cache_stat_add(c, SD_STAT_BYTES_RELEASED, (size_t)n << SLAB_PAGE_SHIFT);
+}
+
+/* The decay pass's purge of small classes: from the tail of each partial
+ * list, where the sparse slabs are (allocation takes the head), the slabs
+ * not purged yet, no further than the first slab that is not sparse or
+ * PURGE_WALK steps, until `deadline`.  They are picked PURGE_BATCH at a
+ * time under the list lock and purged under their own lock, one at a time
+ * (the lock order is slab, then list), so that no allocation of the class
+ * waits for a madvise.  A slab looked at is marked SLAB_PURGE_SEEN and
+ * skipped until a free clears the mark (cache_slab_freed_locked): each
+ * pass walks past the sparse slabs whose objects sit on every page.
+ * Called with no allocator lock held. */
+#define PURGE_BATCH 64
+#define PURGE_WALK 16384
+
+static unsigned purge_pick(struct sd_cache *c, struct slab **pick)
+{
+    unsigned n = 0, steps = 0;
+    sd_mutex_lock(&c->list_lock);
+    for (struct sd_list *l = c->partial.prev; l != &c->partial && n < PURGE_BATCH &&
+         steps < PURGE_WALK; l = l->prev, steps++) {
+        struct slab *s = list_entry(l, struct slab, link);
+        if (__atomic_load_n(&s->inuse, __ATOMIC_RELAXED) * 4 > s->capacity)
+            break;
+        if (!(__atomic_load_n(&s->purged, __ATOMIC_RELAXED) & SLAB_PURGE_SEEN))
+            pick[n++] = s;
+    }
+    sd_mutex_unlock(&c->list_lock);
+    return n;
+}
+
+size_t cache_purge_sparse(uint64_t deadline)
+{
+    size_t pages = 0;
+    for (unsigned i = 0; i < SD_NCLASSES; i++) {
+        struct sd_cache *c = &sd_malloc_caches[i];
+        if (c->page_purge != PURGE_IN_PASSES)
+            continue;
+        unsigned long before = cache_stat_read(c, SD_STAT_PAGES_PURGED);
+        struct slab *pick[PURGE_BATCH];
+        unsigned n;
+        int late = 0;
+        while (!late && (n = purge_pick(c, pick)) != 0) {
+            for (unsigned k = 0; k < n; k++) {
+                struct slab *s = pick[k];
+                sd_spin_lock(&s->lock);
+                /* It may have been taken, filled, released and reused since. */
+                if (s->cache == c && s->state == SLAB_PARTIAL && s->inuse &&
+                    s->inuse * 4 <= s->capacity && c->defrag_fill != s &&
+                    !(s->purged & SLAB_PURGE_SEEN)) {
+                    slab_purge_pages_locked(c, s);
+                    s->purged |= SLAB_PURGE_SEEN;
+                }
+                sd_spin_unlock(&s->lock);
+            }
+            late = os_now_ns() > deadline;
+        }
+        pages += cache_stat_read(c, SD_STAT_PAGES_PURGED) - before;
+        if (late)
+            break;
+    }
+    return pages << SLAB_PAGE_SHIFT;
 }
 
 uint32_t cache_slab_unpurge_locked(struct sd_cache *c, struct slab *s)
@@ -551,6 +636,8 @@ static void cache_note_sparse(struct sd_cache *c)
 int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
 {
     SD_ASSERT(sd_spin_held(&s->lock));
+    if (s->state == SLAB_PARTIAL && unlikely(s->purged & SLAB_PURGE_SEEN))
+        s->purged &= ~SLAB_PURGE_SEEN;  /* the decay pass looks again */
     if (s->state == SLAB_FULL) {
         /* One batch can take a slab from full to sparse (a per-CPU drain
          * returns a run of its objects at once). */
@@ -558,7 +645,7 @@ int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
         int release = cache_slab_settle_locked(c, s, sparse);
         if (sparse && !release && s->state == SLAB_PARTIAL) {
             cache_note_sparse(c);
-            if (c->page_purge)
+            if (c->page_purge == PURGE_EACH_FREE)
                 slab_purge_pages_locked(c, s);
         }
         return release;
@@ -575,7 +662,7 @@ int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
             sd_mutex_unlock(&c->list_lock);
             cache_note_sparse(c);
         }
-        if (c->page_purge)
+        if (c->page_purge == PURGE_EACH_FREE)
             slab_purge_pages_locked(c, s);
         return 0;
     }
@@ -649,12 +736,25 @@ size_t cache_release_empty(struct sd_cache *c, int all)
     return bytes;
 }
 
-/* Retained empty slabs past the decay, in every malloc class, from the
- * allocation slow path at most every DECAY_TICK_MS: a class's own empties
- * were only released when another of its slabs emptied, so after a burst
- * of frees a class nobody freed into again kept an eighth of its slabs
- * for good (redis-age: 87 MiB against jemalloc's 60 after 10 s idle).
- * Called with no allocator lock held. */
+/* Retained empty slabs past the decay, in every malloc class: a class's
+ * own empties were only released when another of its slabs emptied, so
+ * after a burst of frees a class nobody freed into again kept an eighth
+ * of its slabs for good (redis-age: 87 MiB against jemalloc's 60 after
+ * 10 s idle).  Called with no allocator lock held. */
+size_t cache_release_decayed(void)
+{
+    size_t bytes = 0;
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        if (__atomic_load_n(&sd_malloc_caches[i].nr_empty, __ATOMIC_RELAXED))
+            bytes += cache_release_empty(&sd_malloc_caches[i], 0);
+    return bytes;
+}
+
+/* The decay from the allocation slow path, at most every DECAY_TICK_MS:
+ * the slabs above, and the big blocks' free extents and cached mappings
+ * (which malloc_large decays too, but a program may stop making big
+ * blocks).  An idle program makes no slow-path call; the shrinker's
+ * interval passes decay for it (hooks/shrinker.c). */
 #define DECAY_TICK_MS 100
 
 void cache_decay_tick(void)
@@ -664,9 +764,8 @@ void cache_decay_tick(void)
     if (now < due || !__atomic_compare_exchange_n(&next, &due, now + DECAY_TICK_MS * 1000000ull,
                                                   0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return;
-    for (unsigned i = 0; i < SD_NCLASSES; i++)
-        if (__atomic_load_n(&sd_malloc_caches[i].nr_empty, __ATOMIC_RELAXED))
-            cache_release_empty(&sd_malloc_caches[i], 0);
+    cache_release_decayed();
+    large_decay();
 }
 
 /* ---------------------------------------------------------------- */

@@ -15,6 +15,10 @@
 
 #define SD_MAX_CACHES 1024
 
+/* sd_cache.page_purge: which frees give back the free pages of sparse
+ * slabs (cache.c, "Pages of sparse slabs"). */
+enum { PURGE_NONE, PURGE_IN_PASSES, PURGE_EACH_FREE };
+
 struct sd_cache {
     char      name[48];
     uint16_t  id;               /* index into sd_caches[] and tbins */
@@ -33,7 +37,7 @@ struct sd_cache {
     uint32_t  page_capacity;    /* objects per small slab, or 0 */
     uint8_t   shuffle;          /* meshing: new slabs' freelists in random
                                    order (classes/mesh.c) */
-    uint8_t   page_purge;       /* free pages of its sparse slabs go back
+    uint8_t   page_purge;       /* PURGE_*: free pages of its sparse slabs go back
                                    to the OS (cache.c: "Pages of sparse
                                    slabs") */
     unsigned long mesh_seen_new;  /* meshing: stat[SD_STAT_SLAB_NEW] at the
@@ -96,8 +100,16 @@ extern SD_HIDDEN void (*cache_sparse_nudge)(void);
  * (slab locked).  Returns the objects added to the freelist. */
 uint32_t cache_slab_unpurge_locked(struct sd_cache *c, struct slab *s);
 /* From the allocation slow paths (no lock held): every 100 ms, release
- * the retained empty slabs past the decay of every malloc class. */
+ * the retained empty slabs past the decay of every malloc class, and the
+ * big blocks' memory past it (core/large.h). */
 void cache_decay_tick(void);
+/* Give back the free pages of the sparse slabs of small malloc classes
+ * (PURGE_IN_PASSES), until `deadline` (os_now_ns); returns the bytes (the
+ * shrinker's passes). */
+size_t cache_purge_sparse(uint64_t deadline);
+/* Release every malloc class's empty slabs retained past the decay;
+ * returns the bytes (the shrinker's decay pass). */
+size_t cache_release_decayed(void);
 /* Release retained empty slabs: all, or those past the decay.  Returns
  * bytes released. */
 size_t cache_release_empty(struct sd_cache *c, int all);

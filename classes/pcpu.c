@@ -429,6 +429,43 @@ void pcpu_drain(const struct sd_cache *only)
     sd_mutex_unlock(&pcpu_lock);
 }
 
+/* What the CPUs' caches have done: every counter of every CPU, and each
+ * stack's top (pops and pushes that cancel out are missed: then an idle
+ * CPU is taken for a busy one, or a drain refills once more). */
+static uint64_t activity(void)
+{
+    uint64_t sig = 0;
+    unsigned hi = __atomic_load_n(&id_hi, __ATOMIC_RELAXED);
+    for (unsigned cpu = 0; cpu < ncpu; cpu++)
+        for (unsigned id = 0; id < hi; id++) {
+            for (unsigned k = 0; k < PCPU_NSTATS; k++)
+                sig += __atomic_load_n(counter_of(cpu, (uint16_t)id, k), __ATOMIC_RELAXED);
+            uint64_t w = __atomic_load_n((const uint64_t *)hdr_of(cpu, id), __ATOMIC_RELAXED);
+            sig = sig * 31 + w;
+        }
+    return sig;
+}
+
+int pcpu_drain_idle(void)
+{
+    static uint64_t last;               /* the shrinker thread's alone */
+    if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE))
+        return 0;
+    uint64_t now = activity();
+    int idle = now == last;
+    last = now;
+    if (!idle)
+        return 0;
+    size_t cached = 0;
+    for (unsigned cpu = 0; cpu < ncpu; cpu++)
+        cached += pcpu_cpu_bytes(cpu);
+    if (!cached)
+        return 0;
+    pcpu_drain(NULL);
+    last = activity();
+    return 1;
+}
+
 int pcpu_quiesce(const struct sd_cache *c, struct slab *s)
 {
     if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE))

@@ -45,6 +45,12 @@ void pcpu_free_slow(struct slab *s, void *p, const char *call, int why)
 /* Drain every CPU's stacks of cache c (NULL: of every cache) back to the
  * slabs.  Slabs frozen before the call have nothing cached afterwards. */
 void pcpu_drain(const struct sd_cache *c);
+/* From the shrinker's interval: if no CPU's cache has done anything since
+ * the last call (the program is idle), drain every stack, so that what
+ * an idle program cached goes back to its slabs (and, past the decay,
+ * to the OS) as tcmalloc's background thread reclaims idle CPUs' caches.
+ * Returns 1 if it drained.  One caller (the shrinker thread). */
+int pcpu_drain_idle(void);
 /* Make frozen slab s's occupancy true (per-CPU mode; s unlocked): drain
  * the stacks of its cache, wait for the refills that took objects of s
  * before it froze and the drain batches under way to put theirs down, and

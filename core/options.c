@@ -30,9 +30,10 @@ struct sd_options sd_opt = {
     .thread_kb = 1024,
     .harden = 1,
     .page_purge = 1,
+    .background = SD_BG_AUTO,
 };
 
-enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER };
+enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER, OPT_BACKGROUND };
 
 static const struct option {
     const char   *name;        /* after SLABDEFRAG_ */
@@ -47,7 +48,7 @@ static const struct option {
     { "SHRINK_INTERVAL_MS",OPT_UINT,  &sd_opt.shrink_interval_ms, 10, 3600000 },
     { "PASS_BUDGET_MS",    OPT_UINT,  &sd_opt.pass_budget_ms,     1, 10000 },
     { "RSS_LIMIT_MB",      OPT_UINT,  &sd_opt.rss_limit_mb,       0, 1u << 30 },
-    { "BACKGROUND",        OPT_BOOL,  &sd_opt.background,         0, 1 },
+    { "BACKGROUND",        OPT_BACKGROUND, &sd_opt.background,    0, 2 }, /* 0|1|auto */
     { "PSI",               OPT_BOOL,  &sd_opt.psi,                0, 1 },
     { "STATS",             OPT_STATS, &sd_opt.stats,              0, 2 },
     { "CONTROL",           OPT_BOOL,  &sd_opt.control,            0, 1 },
@@ -158,6 +159,16 @@ static void apply(const char *name, const char *val)
             else
                 sd_warn("SLABDEFRAG_%s=%s: expected auto, uffd or mprotect; using auto",
                         name, val);
+            return;
+        case OPT_BACKGROUND:
+            if (!strcmp(val, "auto"))
+                *o->value = SD_BG_AUTO;
+            else if (!strcmp(val, "1") || !strcmp(val, "yes") || !strcmp(val, "on"))
+                *o->value = SD_BG_ON;
+            else if (!strcmp(val, "0") || !strcmp(val, "no") || !strcmp(val, "off"))
+                *o->value = SD_BG_OFF;
+            else
+                sd_warn("SLABDEFRAG_%s=%s: expected 0, 1 or auto; using auto", name, val);
             return;
         case OPT_DEBUG:
             if (parse_debug(val))

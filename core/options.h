@@ -26,7 +26,8 @@ struct sd_options {
     uint32_t shrink_interval_ms;   /* background shrinker period */
     uint32_t pass_budget_ms;       /* time bound of one background pass */
     uint32_t rss_limit_mb;         /* shrink when RSS exceeds this; 0 off */
-    uint32_t background;           /* start the shrinker in any process */
+    uint32_t background;           /* SD_BG_*: when the shrinker starts on
+                                      its own */
     uint32_t psi;                  /* watch PSI and cgroup memory events */
     uint32_t stats;                /* SD_STATS_* at exit */
     uint32_t control;              /* serve the slabinfo socket */
@@ -53,6 +54,14 @@ struct sd_options {
                                       of big malloc classes */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
 };
+
+/* SLABDEFRAG_BACKGROUND: SD_BG_OFF, the shrinker starts only when
+ * something needs it (hooks/shrinker.c); SD_BG_ON, at start-up, with a
+ * full pass every interval; SD_BG_AUTO (the default), also when the
+ * program starts its second thread, and then its interval passes give
+ * back what has idled past the decay (retained empty slabs, free
+ * extents) even while the program makes no allocator call. */
+enum { SD_BG_OFF, SD_BG_ON, SD_BG_AUTO };
 
 /* SLABDEFRAG_MESH_BARRIER: how a slab being meshed is write-protected
  * (core/heapfile.c). */

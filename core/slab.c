@@ -111,6 +111,11 @@ static int object_on_pages(const struct slab *s, uint32_t i, uint64_t pages)
     return (object_pages(s, i) & pages) != 0;
 }
 
+uint64_t slab_object_pages(const struct slab *s, const void *p)
+{
+    return object_pages(s, slab_index(s, p));
+}
+
 int slab_free_map(const struct slab *s, uint64_t *map)
 {
     memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));

@@ -71,12 +71,15 @@ void slab_resequence(struct slab *s);
 /* Pages of a slab's purged set (types.h): bit i = the 4 KiB page at
  * start + i * 4096; a slab spans at most 64 pages (256 KiB). */
 #define SLAB_PAGE_SHIFT 12
+/* In s->purged of a slab below 64 pages: the shrinker's decay pass looked
+ * for pages to purge since the slab's last free (classes/cache.c). */
+#define SLAB_PURGE_SEEN (1ULL << 63)
 /* s->purged where it means that (the union's other members belong to
  * EMPTY and MESHED slabs): 0 unless PARTIAL or FROZEN. */
 static inline uint64_t slab_purged(const struct slab *s)
 {
     unsigned st = s->state;
-    return st == SLAB_PARTIAL || st == SLAB_FROZEN ? s->purged : 0;
+    return st == SLAB_PARTIAL || st == SLAB_FROZEN ? s->purged & ~SLAB_PURGE_SEEN : 0;
 }
 /* Pages every object of which is free in `map` (a free map, as above),
  * among the pages the slab's objects cover. */
@@ -84,6 +87,8 @@ uint64_t slab_free_pages(const struct slab *s, const uint64_t *map);
 /* Take the objects overlapping `pages` off the freelist, unless that would
  * leave it empty.  Returns the objects taken, 0 if none (nothing changed). */
 uint32_t slab_unlink_pages(struct slab *s, uint64_t pages);
+/* The pages object p of s overlaps, a bit each. */
+uint64_t slab_object_pages(const struct slab *s, const void *p);
 /* Put every object overlapping s->purged back on the freelist (its pages
  * fault back in, zero) and clear s->purged.  Returns the objects added. */
 uint32_t slab_unpurge(struct slab *s);

@@ -75,6 +75,7 @@
 #include "mesh.h"
 #include "options.h"
 #include "os.h"
+#include "pcpu.h"
 #include "stat.h"
 #include "tcache.h"
 #include "vacate.h"
@@ -144,6 +145,14 @@ static int any_ops_cache(void)
     return 0;
 }
 
+static void pass_event(size_t bytes)
+{
+    uint64_t now = os_now_ns();
+    sd_dprintf(2, "event=shrink_pass mono=%lu.%09lu bytes=%zu\n",
+               (unsigned long)(now / 1000000000ull),
+               (unsigned long)(now % 1000000000ull), bytes);
+}
+
 /* One bounded pass; returns the bytes released.  `mesh_all`: mesh the
  * classes that made new slabs since the last pass too.  `urgent` (memory
  * pressure, the RSS limit, sd_shrink_wake) releases every retained empty
@@ -167,6 +176,7 @@ static size_t pass(int urgent, int mesh_all)
             break;
         }
     }
+    bytes += cache_purge_sparse(deadline);  /* small classes' sparse pages */
     /* kick() callbacks allocated through this thread: give its active
      * slabs back so they can fill up or be vacated next time. */
     tcache_flush_self();
@@ -180,13 +190,36 @@ static size_t pass(int urgent, int mesh_all)
                            &mesh_more, mesh_all);
     uint64_t now = os_now_ns(), dt = now - t0;
     if (sd_opt.pass_events && bytes)    /* scripts/compare marks it on its plots */
-        sd_dprintf(2, "event=shrink_pass mono=%lu.%09lu bytes=%zu\n",
-                   (unsigned long)(now / 1000000000ull),
-                   (unsigned long)(now % 1000000000ull), bytes);
+        pass_event(bytes);
     __atomic_fetch_add(&stats.passes, 1, __ATOMIC_RELAXED);
     stat_max(&stats.longest_pass_ns, dt);
     shrinker_note_pass(bytes);
     return bytes;
+}
+
+/* An interval with nothing to shrink: what idled past the decay goes
+ * back all the same (retained empty slabs, free extents and cached
+ * mappings of big blocks), which the allocation slow path does for a
+ * busy program, and nothing does for an idle one (a server between
+ * requests: redis-age kept 4 MiB of a freed dict table and the empties of
+ * a dozen classes for as long as it idled), and the free pages of the
+ * small classes' sparse slabs, which no free gives back (classes/cache.c,
+ * "Pages of sparse slabs").  A program whose per-CPU
+ * caches did nothing for an interval has them drained first (their
+ * slabs' pages then go back with the rest: classes/pcpu.h).  A few
+ * hundred relaxed loads when there is nothing; counted as a pass only
+ * when it released memory. */
+static void decay_pass(void)
+{
+    pcpu_drain_idle();
+    size_t bytes = cache_purge_sparse(os_now_ns() + (uint64_t)sd_opt.pass_budget_ms * 1000000ull);
+    bytes += large_purge_decayed() + cache_release_decayed();
+    if (!bytes)
+        return;
+    __atomic_fetch_add(&stats.decay_passes, 1, __ATOMIC_RELAXED);
+    if (sd_opt.pass_events)
+        pass_event(bytes);
+    shrinker_note_pass(bytes);
 }
 
 /* cgroup v2: the memory.events file of our cgroup and memory.high. */
@@ -322,10 +355,12 @@ void *shrinker_main(void *arg)
                 do_pass = 2;          /* urgent */
             } else if (again) {
                 do_pass = 1;          /* meshing's catch-up */
-            } else if (any_ops_cache() || sd_opt.background || mesh_enabled() ||
+            } else if (any_ops_cache() || sd_opt.background == SD_BG_ON || mesh_enabled() ||
                        tcache_reclaim_wanted()) {
                 __atomic_fetch_add(&stats.wake_interval, 1, __ATOMIC_RELAXED);
                 do_pass = 1;
+            } else {
+                decay_pass();
             }
         }
         /* Frees made many slabs sparse and have paused for NUDGE_QUIET_MS:
@@ -483,8 +518,10 @@ void shrinker_start(void)
 
 void shrinker_note_threads(unsigned live)
 {
-    if (live > 4 * os_ncpus() && !__atomic_load_n(&running, __ATOMIC_ACQUIRE) &&
-        tcache_reclaim_wanted())
+    if (__atomic_load_n(&running, __ATOMIC_ACQUIRE))
+        return;
+    if ((live >= 2 && sd_opt.background == SD_BG_AUTO) ||
+        (live > 4 * os_ncpus() && tcache_reclaim_wanted()))
         shrinker_start();
 }
 

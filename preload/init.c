@@ -38,7 +38,7 @@ __attribute__((constructor(101))) static void slabdefrag_init(void)
     syscalls_init();
     lifetime_init();
     pthread_atfork(NULL, NULL, fork_child);
-    if (sd_opt.background || sd_opt.rss_limit_mb || sd_opt.control || sd_opt.mesh)
+    if (sd_opt.background == SD_BG_ON || sd_opt.rss_limit_mb || sd_opt.control || sd_opt.mesh)
         shrinker_start();
     control_init();
 }

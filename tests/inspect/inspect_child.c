@@ -13,12 +13,21 @@
  *       fork      fork; the child prints "child <pid>" and serves too
  *       exit
  *   inspect_child double|overflow|uaf|invalid|trace   provoke a debug report
+ *   inspect_child idle   start a second thread; allocate 16 MiB of 64 B
+ *                        blocks and a 4 MiB one, free the big one and 3 of
+ *                        every 4 runs of 64 small ones (a page each),
+ *                        print "before <VmRSS kB>", then make no allocator
+ *                        call for up to 6 s: print "after <kB>" once RSS
+ *                        fell by 8 MiB, or at the end
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <slabdefrag.h>
@@ -86,11 +95,72 @@ static void serve(void)
     }
 }
 
+/* VmRSS in kB, with no allocator call (open/read, no stdio). */
+static long rss_kb(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    char *p = strstr(buf, "VmRSS:");
+    return p ? strtol(p + 6, NULL, 10) : -1;
+}
+
+static void *parked(void *arg)
+{
+    char c;
+    return read(*(int *)arg, &c, 1) < 0 ? NULL : arg;  /* until exit */
+}
+
+/* An idle program with memory to give back: see the top of the file. */
+static void idle(void)
+{
+    enum { N = 256 * 1024, RUN = 64 };
+    static void *small[N];
+    static int fds[2];
+    pthread_t t;
+    if (pipe(fds) || pthread_create(&t, NULL, parked, &fds[0]))
+        exit(11);
+    printf("start\n");                 /* stdout's buffer, allocated now */
+    fflush(stdout);
+    char *big = malloc(4 << 20);
+    if (!big)
+        exit(12);
+    memset(big, 1, 4 << 20);
+    for (int i = 0; i < N; i++) {
+        small[i] = malloc(64);
+        if (!small[i])
+            exit(12);
+        memset(small[i], 2, 64);
+    }
+    free(big);
+    for (int i = 0; i < N; i++)
+        if ((i / RUN) % 4)
+            free(small[i]);
+    long before = rss_kb(), now = before;
+    printf("before %ld\n", before);
+    fflush(stdout);
+    struct timespec tick = { 0, 100 * 1000 * 1000 };
+    for (int i = 0; i < 60 && now > before - 8192; i++) {
+        nanosleep(&tick, NULL);
+        now = rss_kb();
+    }
+    printf("after %ld\n", now);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     const char *m = argc > 1 ? argv[1] : "noop";
     if (!strcmp(m, "serve")) {
         serve();
+        return 0;
+    }
+    if (!strcmp(m, "idle")) {
+        idle();
         return 0;
     }
     if (!strcmp(m, "double")) {

@@ -7,7 +7,9 @@
 # Runs `LIFETIME_PROG CASE` (see tests/lifetime/lifetime_prog.c) twice:
 # plainly (glibc's malloc: the reference), then with LD_PRELOAD=LIB and the
 # environment CONFIG names:
-#   none        no option: no shrinker thread
+#   none        SLABDEFRAG_BACKGROUND=0: no shrinker thread
+#   auto        no option (SLABDEFRAG_BACKGROUND=auto): a thread once the
+#               program starts its second, decay passes on the interval
 #   background  SLABDEFRAG_BACKGROUND=1
 #   busy        SLABDEFRAG_BACKGROUND=1, a 10 ms interval and meshing:
 #               passes run while the program ends
@@ -38,7 +40,8 @@ done
 
 env_of() {
     case $1 in
-        none)       ;;
+        none)       echo SLABDEFRAG_BACKGROUND=0 ;;
+        auto)       ;;
         background) echo SLABDEFRAG_BACKGROUND=1 ;;
         busy)       echo SLABDEFRAG_BACKGROUND=1 SLABDEFRAG_SHRINK_INTERVAL_MS=10 SLABDEFRAG_MESH=1 ;;
         control)    echo SLABDEFRAG_CONTROL=1 ;;
