@@ -60,8 +60,11 @@
  *                              while vacating; across the madvise of a
  *                              sparse slab's free pages (and, with
  *                              meshing, one eventfd write to nudge the
- *                              shrinker) on the free path, see "Pages of
- *                              sparse slabs" below.
+ *                              shrinker) on the free path, and in the
+ *                              shrinker's purge of small classes (its
+ *                              slabs picked under the list lock, which is
+ *                              dropped before each slab lock); see "Pages
+ *                              of sparse slabs" below.
  *   4. cache->list_lock        the cache's partial and empty lists.  Taken
  *                              inside a slab lock when a free moves a slab
  *                              between lists.  While holding it, slab locks
@@ -126,7 +129,9 @@
  *   PARTIAL    partial      0       refill takes it (becomes ACTIVE); a
  *                                   sparse one may have purged pages
  *                                   (s->purged), which come back when its
- *                                   freelist runs dry
+ *                                   freelist runs dry, and, in a small
+ *                                   class, SLAB_PURGE_SEEN (the shrinker
+ *                                   looked since its last free)
  *   FULL       none         0       none; a free makes it PARTIAL
  *   EMPTY      empty        0       reused before a new slab; released
  *                                   after the decay or on shrink
