@@ -486,3 +486,8 @@ SD_EXPORT int sd_stats_print(int fd)
 {
     return stats_print(fd, 0, STATS_SORT_NONE);
 }
+
+SD_EXPORT int sd_stats_print_json(int fd)
+{
+    return stats_print(fd, STATS_JSON, STATS_SORT_NONE);
+}
