@@ -344,6 +344,17 @@ Test(contract, posix_memalign_bad_alignment_einval)
     }
 }
 
+Test(contract, memalign_bad_alignment_einval)
+{
+    size_t bad[] = { 0, 3, 24, 48, 4095, 100000 };
+    for (int k = 0; k < 6; k++) {
+        errno = 0;
+        sink = family.memalign(bad[k], 64);
+        cr_assert_null(sink, "memalign(%zu) succeeded", bad[k]);
+        cr_assert_eq(errno, EINVAL, "memalign(%zu): errno %d", bad[k], errno);
+    }
+}
+
 Test(contract, posix_memalign_huge_enomem)
 {
     size_t aligns[] = { 16, 64, 4096, 1 << 21 };
@@ -606,19 +617,6 @@ Test(contract, calloc_zeroes_after_many_live_dirty_blocks)
     }
 }
 
-Test(contract, calloc_zero_sizes)
-{
-    void *a = family.calloc(0, 10), *b = family.calloc(10, 0), *c = family.calloc(0, 0);
-    cr_assert_not_null(a);
-    cr_assert_not_null(b);
-    cr_assert_not_null(c);
-    family.free(a);
-    family.free(b);
-    family.free(c);
-}
-
-/* ---- many blocks at once ------------------------------------------- */
-
 Test(contract, calloc_large_zeroed_after_reuse)
 {
     for (int r = 0; r < 12; r++) {
@@ -637,16 +635,18 @@ Test(contract, calloc_large_zeroed_after_reuse)
     }
 }
 
-Test(contract, memalign_bad_alignment_einval)
+Test(contract, calloc_zero_sizes)
 {
-    size_t bad[] = { 0, 3, 24, 48, 4095, 100000 };
-    for (int k = 0; k < 6; k++) {
-        errno = 0;
-        sink = family.memalign(bad[k], 64);
-        cr_assert_null(sink, "memalign(%zu) succeeded", bad[k]);
-        cr_assert_eq(errno, EINVAL, "memalign(%zu): errno %d", bad[k], errno);
-    }
+    void *a = family.calloc(0, 10), *b = family.calloc(10, 0), *c = family.calloc(0, 0);
+    cr_assert_not_null(a);
+    cr_assert_not_null(b);
+    cr_assert_not_null(c);
+    family.free(a);
+    family.free(b);
+    family.free(c);
 }
+
+/* ---- many blocks at once ------------------------------------------- */
 
 Test(contract, many_alloc_free_cycles, .timeout = 120)
 {
