@@ -1,17 +1,25 @@
 /*
- * bench/benchutil.h - small helpers shared by the bench/ workloads.
+ * bench/benchutil.h - the one helper library of bench/: the workloads
+ * (bench/NAME.c) and the cooperating demos (bench/demos/NAME.c).  Clock, /proc
+ * figures, key=value output, seeded generators, argument parsing, threads.
  *
- * Nothing here knows about any allocator.  The workloads talk to
- * scripts/compare through stderr lines of the form `key=value` (one per
- * line) and `event=NAME mono=SECONDS`, where SECONDS is CLOCK_MONOTONIC,
- * the same clock as Python's time.monotonic(), so the script can place the
- * event on its own RSS-over-time axis.  Human-readable output goes to
+ * Nothing here knows about any allocator (the demos' -malloc builds use
+ * it too), and nothing here allocates except where a comment says so.
+ * The workloads talk to scripts/compare through stderr lines of the form
+ * `key=value` (one per line) and `event=NAME mono=SECONDS`, where SECONDS
+ * is CLOCK_MONOTONIC, the same clock as Python's time.monotonic(), so the
+ * script can place the event on its own RSS-over-time axis (the demos
+ * print their key=value lines on stdout).  Human-readable output goes to
  * stdout.
  */
 #ifndef SD_BENCHUTIL_H
 #define SD_BENCHUTIL_H
 
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,18 +36,19 @@ static inline double bu_now(void)
 }
 
 /* A field of /proc/self/status in kB ("VmRSS", "VmHWM"); -1 if absent.
- * Reads into a stack buffer, unbuffered: the only heap use is fopen()'s
- * FILE, freed again at once. */
+ * Reads into a stack buffer with read(): no allocation. */
 static inline long bu_status_kb(const char *field)
 {
     char buf[8192];
-    FILE *f = fopen("/proc/self/status", "re");
-    if (!f)
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return -1;
-    setvbuf(f, NULL, _IONBF, 0);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
+    ssize_t n, len = 0;
+    while (len < (ssize_t)sizeof(buf) - 1 &&
+           (n = read(fd, buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
+        len += n;
+    close(fd);
+    buf[len] = '\0';
     size_t fl = strlen(field);
     for (char *p = buf; p && *p; ) {
         if (strncmp(p, field, fl) == 0 && p[fl] == ':')
@@ -76,8 +85,12 @@ static inline void bu_sleep(double sec)
         ;
 }
 
-/* xorshift64*: a fast deterministic PRNG, the same sequence under every
- * allocator for a given seed. */
+/* Two seeded generators, each the same sequence under every allocator for
+ * a given seed.  Each keeps the stream its programs' published figures
+ * (README) were measured with: xorshift64* (bu_rng) for the workloads,
+ * splitmix64 (bu_sm) for the demos, whose --seed runs reproduce with it. */
+
+/* xorshift64*: fast; seeded through a multiply. */
 typedef struct { uint64_t s; } bu_rng;
 
 static inline void bu_seed(bu_rng *r, uint64_t seed)
@@ -101,6 +114,91 @@ static inline uint64_t bu_next(bu_rng *r)
 static inline size_t bu_range(bu_rng *r, size_t lo, size_t hi)
 {
     return lo + (size_t)(bu_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* splitmix64: the state is the seed itself (bu_sm r = { seed }). */
+typedef struct { uint64_t s; } bu_sm;
+
+static inline uint64_t bu_sm_next(bu_sm *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n). */
+static inline uint64_t bu_sm_below(bu_sm *r, uint64_t n)
+{
+    return n ? bu_sm_next(r) % n : 0;
+}
+
+/* A stateless mix of two words (value generators, checksums). */
+static inline uint64_t bu_mix(uint64_t a, uint64_t b)
+{
+    bu_sm r = { a * 0xd6e8feb86659fd93ULL ^ b };
+    return bu_sm_next(&r);
+}
+
+/* FNV-1a over n bytes, continuing from h. */
+static inline uint64_t bu_fnv1a(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= c[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* Fisher-Yates shuffle of 0..n-1 into a[]. */
+static inline void bu_permutation(uint32_t *a, size_t n, bu_sm *r)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = (uint32_t)i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = bu_sm_below(r, i);
+        uint32_t t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
+/* Parse an unsigned number with an optional k/m suffix (x1000, x1000000).
+ * 0 on success. */
+static inline int bu_parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s)
+        return -1;
+    if (*end == 'k' || *end == 'K') { v *= 1000ULL; end++; }
+    else if (*end == 'm' || *end == 'M') { v *= 1000000ULL; end++; }
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* --name VALUE or --name=VALUE.  Returns the value (advancing *i past it),
+ * or NULL when argv[*i] is not this option; a missing value exits 2. */
+static inline const char *bu_opt(int argc, char **argv, int *i, const char *name)
+{
+    size_t l = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, l) != 0)
+        return NULL;
+    if (a[l] == '=')
+        return a + l + 1;
+    if (a[l] == '\0') {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "%s: missing value\n", name);
+            exit(2);
+        }
+        return argv[++*i];
+    }
+    return NULL;
 }
 
 /* Report the final state: VmRSS and VmHWM as this process sees them now,

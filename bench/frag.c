@@ -51,113 +51,150 @@ static size_t pick_size(bu_rng *r)
     return bu_range(r, 4097, 65536);
 }
 
-int main(int argc, char **argv)
+/* The options, the blocks, and what each step measured. */
+struct run {
+    double mb, hold;
+    int free_pct;
+    uint64_t seed;
+    long baseline, rss_peak, rss_free, final_rss;   /* VmRSS, kB */
+    char **ptr;                 /* every block (mmap'd array) */
+    unsigned *len;
+    size_t cap;                 /* slots of ptr and len */
+    size_t n, live, peak_live;  /* blocks; bytes live now, at the peak */
+    char **kp;                  /* the survivors (mmap'd array) */
+    unsigned *kl;
+    size_t m;
+};
+
+static void parse_args(int argc, char **argv, struct run *r)
 {
-    double mb = 256, hold = 2.0;
-    int free_pct = 90;
-    uint64_t seed = 42;
+    r->mb = 256;
+    r->hold = 2.0;
+    r->free_pct = 90;
+    r->seed = 42;
     int c;
     while ((c = getopt(argc, argv, "m:f:H:s:h")) != -1) {
         switch (c) {
-        case 'm': mb = atof(optarg); break;
-        case 'f': free_pct = atoi(optarg); break;
-        case 'H': hold = atof(optarg); break;
-        case 's': seed = strtoull(optarg, NULL, 10); break;
+        case 'm': r->mb = atof(optarg); break;
+        case 'f': r->free_pct = atoi(optarg); break;
+        case 'H': r->hold = atof(optarg); break;
+        case 's': r->seed = strtoull(optarg, NULL, 10); break;
         default:
             fprintf(stderr, "usage: frag [-m MB] [-f FREE_PERCENT] [-H HOLD_SECONDS] [-s SEED]\n");
-            return 2;
+            exit(2);
         }
     }
-    if (mb <= 0 || free_pct < 0 || free_pct > 100)
+    if (r->mb <= 0 || r->free_pct < 0 || r->free_pct > 100)
         bu_die("frag", "bad argument");
+}
 
-    bu_rng r;
-    bu_seed(&r, seed);
-    long baseline = bu_status_kb("VmRSS");
-    bu_kv_long("baseline_rss_kb", baseline);
-    bu_event("start");
-
-    size_t target = (size_t)(mb * 1024 * 1024);
-    size_t cap = target / 16 + 16;          /* upper bound on block count */
-    char **ptr = map(cap * sizeof *ptr);
-    unsigned *len = map(cap * sizeof *len);
-    size_t n = 0, live = 0;
-    while (live < target) {
-        size_t sz = pick_size(&r);
+/* Allocate mixed sizes until mb MiB are live; each block is filled. */
+static void allocate(struct run *r, bu_rng *rng)
+{
+    size_t target = (size_t)(r->mb * 1024 * 1024);
+    r->cap = target / 16 + 16;          /* upper bound on block count */
+    r->ptr = map(r->cap * sizeof *r->ptr);
+    r->len = map(r->cap * sizeof *r->len);
+    while (r->live < target) {
+        size_t sz = pick_size(rng);
         char *p = malloc(sz);
         if (!p)
             bu_die("frag", "malloc failed");
-        memset(p, (int)(n & 0xff), sz);
-        ptr[n] = p;
-        len[n] = (unsigned)sz;
-        n++;
-        live += sz;
+        memset(p, (int)(r->n & 0xff), sz);
+        r->ptr[r->n] = p;
+        r->len[r->n] = (unsigned)sz;
+        r->n++;
+        r->live += sz;
     }
-    long rss_peak = bu_status_kb("VmRSS");
-    bu_event("alloc_done");
+    r->rss_peak = bu_status_kb("VmRSS");
+}
 
-    /* Fisher-Yates over the indices: the first free_pct% are freed. */
+/* Free a random free_pct% of the blocks (Fisher-Yates over the indices:
+ * the first free_pct% are freed); keep the survivors in small arrays and
+ * drop the big ones. */
+static void free_random(struct run *r, bu_rng *rng)
+{
+    size_t n = r->n;
     unsigned *order = map(n * sizeof *order);
     for (size_t i = 0; i < n; i++)
         order[i] = (unsigned)i;
     for (size_t i = n - 1; i > 0; i--) {
-        size_t j = (size_t)(bu_next(&r) % (i + 1));
+        size_t j = (size_t)(bu_next(rng) % (i + 1));
         unsigned t = order[i]; order[i] = order[j]; order[j] = t;
     }
-    size_t nfree = n * (size_t)free_pct / 100;
-    size_t peak_live = live;
+    size_t nfree = n * (size_t)r->free_pct / 100;
+    r->peak_live = r->live;
     for (size_t i = 0; i < nfree; i++) {
         size_t k = order[i];
-        free(ptr[k]);
-        live -= len[k];
-        ptr[k] = NULL;
+        free(r->ptr[k]);
+        r->live -= r->len[k];
+        r->ptr[k] = NULL;
     }
-    /* Keep the survivors in small arrays; drop the big ones. */
     size_t nkeep = n - nfree;
-    char **kp = map((nkeep + 1) * sizeof *kp);
-    unsigned *kl = map((nkeep + 1) * sizeof *kl);
-    size_t m = 0;
+    r->kp = map((nkeep + 1) * sizeof *r->kp);
+    r->kl = map((nkeep + 1) * sizeof *r->kl);
     for (size_t i = 0; i < n; i++)
-        if (ptr[i]) {
-            kp[m] = ptr[i];
-            kl[m] = len[i];
-            m++;
+        if (r->ptr[i]) {
+            r->kp[r->m] = r->ptr[i];
+            r->kl[r->m] = r->len[i];
+            r->m++;
         }
-    munmap(ptr, cap * sizeof *ptr);
-    munmap(len, cap * sizeof *len);
+    munmap(r->ptr, r->cap * sizeof *r->ptr);
+    munmap(r->len, r->cap * sizeof *r->len);
     munmap(order, n * sizeof *order);
-    long rss_free = bu_status_kb("VmRSS");
-    bu_event("free_done");
+    r->rss_free = bu_status_kb("VmRSS");
+}
 
-    bu_sleep(hold);
-
-    /* Check that the survivors are intact (and keep them live). */
+/* Check that the survivors are intact (and keep them live). */
+static void check_survivors(const struct run *r)
+{
     unsigned long bad = 0;
-    for (size_t i = 0; i < m; i++)
-        if ((unsigned char)kp[i][0] != (unsigned char)kp[i][kl[i] - 1])
+    for (size_t i = 0; i < r->m; i++)
+        if ((unsigned char)r->kp[i][0] != (unsigned char)r->kp[i][r->kl[i] - 1])
             bad++;
     if (bad)
         bu_die("frag", "surviving blocks were corrupted");
+}
 
-    long final_rss = bu_status_kb("VmRSS");
+static void report(const struct run *r)
+{
     printf("frag: %zu blocks, %.1f MiB live at peak (RSS %.1f MiB); "
            "after freeing %d%%: %.1f MiB live, RSS %.1f MiB, after %.1fs hold "
            "%.1f MiB (%.2fx live)\n",
-           n, peak_live / 1048576.0, rss_peak / 1024.0, free_pct,
-           live / 1048576.0, rss_free / 1024.0, hold, final_rss / 1024.0,
-           live ? final_rss * 1024.0 / (double)live : 0.0);
-    bu_kv_long("blocks", (long long)n);
-    bu_kv_long("peak_live_bytes", (long long)peak_live);
-    bu_kv_long("rss_at_peak_kb", rss_peak);
-    bu_kv_long("live_bytes", (long long)live);
-    bu_kv_long("rss_after_free_kb", rss_free);
-    if (live) {
-        bu_kv_double("rss_per_live", final_rss * 1024.0 / (double)live);
+           r->n, r->peak_live / 1048576.0, r->rss_peak / 1024.0, r->free_pct,
+           r->live / 1048576.0, r->rss_free / 1024.0, r->hold, r->final_rss / 1024.0,
+           r->live ? r->final_rss * 1024.0 / (double)r->live : 0.0);
+    bu_kv_long("blocks", (long long)r->n);
+    bu_kv_long("peak_live_bytes", (long long)r->peak_live);
+    bu_kv_long("rss_at_peak_kb", r->rss_peak);
+    bu_kv_long("live_bytes", (long long)r->live);
+    bu_kv_long("rss_after_free_kb", r->rss_free);
+    if (r->live) {
+        bu_kv_double("rss_per_live", r->final_rss * 1024.0 / (double)r->live);
         bu_kv_double("heap_rss_per_live",
-                     (final_rss - baseline) * 1024.0 / (double)live);
+                     (r->final_rss - r->baseline) * 1024.0 / (double)r->live);
     }
+}
+
+int main(int argc, char **argv)
+{
+    struct run r = { 0 };
+    parse_args(argc, argv, &r);
+    bu_rng rng;
+    bu_seed(&rng, r.seed);
+    r.baseline = bu_status_kb("VmRSS");
+    bu_kv_long("baseline_rss_kb", r.baseline);
+    bu_event("start");
+    allocate(&r, &rng);
+    bu_event("alloc_done");
+    free_random(&r, &rng);
+    bu_event("free_done");
+    bu_sleep(r.hold);
+    check_survivors(&r);
+    r.final_rss = bu_status_kb("VmRSS");
+    report(&r);
     bu_final();
-    for (size_t i = 0; i < m; i++)
-        free(kp[i]);
+    for (size_t i = 0; i < r.m; i++)
+        free(r.kp[i]);
     return 0;
 }

@@ -77,15 +77,35 @@ static uint64_t checksum(struct rec **tab, size_t nb, size_t *count)
     return sum;
 }
 
-int main(int argc, char **argv)
+/* The options, the table, and what each step measured. */
+struct run {
+    long nrec;
+    int del_pct, defrag;
+    double hold;                /* seconds to wait before the last RSS */
+    uint64_t seed;
+    /* the extension API, found at run time (NULL without slabdefrag) */
+    int (*hint)(const void *);
+    void *(*drealloc)(void *);
+    size_t (*shrink_all)(void);
+    int have_hint;
+    struct rec **tab;
+    size_t nb;                  /* buckets */
+    size_t live;                /* bytes the program holds */
+    long deleted, moved, asked;
+    size_t shrunk;
+    long rss_peak, rss_before, rss_after;
+};
+
+static void parse_args(int argc, char **argv, struct run *r)
 {
-    long nrec = 500000;
-    int del_pct = 85, defrag = 1;
-    double hold = 0.5;
-    uint64_t seed = 42;
+    r->nrec = 500000;
+    r->del_pct = 85;
+    r->defrag = 1;
+    r->hold = 0.5;
+    r->seed = 42;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--no-defrag") == 0) {
-            defrag = 0;
+            r->defrag = 0;
             for (int j = i; j < argc - 1; j++)
                 argv[j] = argv[j + 1];
             argc--;
@@ -95,138 +115,174 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt(argc, argv, "n:d:H:s:h")) != -1) {
         switch (c) {
-        case 'n': nrec = atol(optarg); break;
-        case 'd': del_pct = atoi(optarg); break;
-        case 'H': hold = atof(optarg); break;
-        case 's': seed = strtoull(optarg, NULL, 10); break;
+        case 'n': r->nrec = atol(optarg); break;
+        case 'd': r->del_pct = atoi(optarg); break;
+        case 'H': r->hold = atof(optarg); break;
+        case 's': r->seed = strtoull(optarg, NULL, 10); break;
         default:
             fprintf(stderr, "usage: hintdemo [-n RECORDS] [-d DELETE_PERCENT] "
                             "[-H HOLD_SECONDS] [-s SEED] [--no-defrag]\n");
-            return 2;
+            exit(2);
         }
     }
-    if (nrec < 1 || del_pct < 0 || del_pct > 100)
+    if (r->nrec < 1 || r->del_pct < 0 || r->del_pct > 100)
         bu_die("hintdemo", "bad argument");
+}
 
-    int (*hint)(const void *) = (int (*)(const void *))dlsym(RTLD_DEFAULT, "sd_defrag_hint");
-    void *(*drealloc)(void *) = (void *(*)(void *))dlsym(RTLD_DEFAULT, "sd_defrag_realloc");
-    size_t (*shrink_all)(void) = (size_t (*)(void))dlsym(RTLD_DEFAULT, "sd_shrink_all");
-    int have_hint = hint && drealloc;
+/* sd_defrag_hint, sd_defrag_realloc and sd_shrink_all, if the process's
+ * malloc is slabdefrag. */
+static void find_api(struct run *r)
+{
+    r->hint = (int (*)(const void *))dlsym(RTLD_DEFAULT, "sd_defrag_hint");
+    r->drealloc = (void *(*)(void *))dlsym(RTLD_DEFAULT, "sd_defrag_realloc");
+    r->shrink_all = (size_t (*)(void))dlsym(RTLD_DEFAULT, "sd_shrink_all");
+    r->have_hint = r->hint && r->drealloc;
     printf("hintdemo: sd_defrag_hint %s, sd_shrink_all %s\n",
-           have_hint ? "found" : "absent", shrink_all ? "found" : "absent");
-    bu_kv_long("have_hint", have_hint);
-    bu_event("start");
+           r->have_hint ? "found" : "absent", r->shrink_all ? "found" : "absent");
+    bu_kv_long("have_hint", r->have_hint);
+}
 
-    bu_rng rng;
-    bu_seed(&rng, seed);
-    size_t nb = 1;
-    while (nb < (size_t)nrec)
-        nb <<= 1;
-    struct rec **tab = calloc(nb, sizeof *tab);
-    if (!tab)
+/* nrec records (a key and a value of 8..200 bytes each) in the table. */
+static void fill(struct run *r, bu_rng *rng)
+{
+    r->nb = 1;
+    while (r->nb < (size_t)r->nrec)
+        r->nb <<= 1;
+    r->tab = calloc(r->nb, sizeof *r->tab);
+    if (!r->tab)
         bu_die("hintdemo", "out of memory");
-    size_t live = nb * sizeof *tab;
+    r->live = r->nb * sizeof *r->tab;
     char key[80];
-    for (long k = 0; k < nrec; k++) {
+    for (long k = 0; k < r->nrec; k++) {
         size_t kl = make_key(key, (uint64_t)k);
         uint64_t h = hash_bytes(key, kl);
-        struct rec *r = malloc(sizeof *r + kl + 1);
-        size_t vl = bu_range(&rng, 8, 200);
+        struct rec *e = malloc(sizeof *e + kl + 1);
+        size_t vl = bu_range(rng, 8, 200);
         char *v = malloc(vl);
-        if (!r || !v)
+        if (!e || !v)
             bu_die("hintdemo", "malloc failed");
-        memcpy(r->key, key, kl + 1);
-        r->klen = (uint32_t)kl;
-        r->hash = h;
+        memcpy(e->key, key, kl + 1);
+        e->klen = (uint32_t)kl;
+        e->hash = h;
         for (size_t i = 0; i < vl; i++)
             v[i] = (char)('A' + (h + i) % 26);
-        r->val = v;
-        r->vlen = (uint32_t)vl;
-        size_t b = h & (nb - 1);
-        r->next = tab[b];
-        tab[b] = r;
-        live += sizeof *r + kl + 1 + vl;
+        e->val = v;
+        e->vlen = (uint32_t)vl;
+        size_t b = h & (r->nb - 1);
+        e->next = r->tab[b];
+        r->tab[b] = e;
+        r->live += sizeof *e + kl + 1 + vl;
     }
-    long rss_peak = bu_status_kb("VmRSS");
-    bu_event("fill_done");
+    r->rss_peak = bu_status_kb("VmRSS");
+}
 
-    /* Delete a random del_pct% of the keys (each key decided by the rng). */
-    long deleted = 0;
-    for (long k = 0; k < nrec; k++) {
-        if ((long)(bu_next(&rng) % 100) >= del_pct)
+/* Delete a random del_pct% of the keys (each key decided by the rng). */
+static void delete_some(struct run *r, bu_rng *rng)
+{
+    char key[80];
+    for (long k = 0; k < r->nrec; k++) {
+        if ((long)(bu_next(rng) % 100) >= r->del_pct)
             continue;
         size_t kl = make_key(key, (uint64_t)k);
         uint64_t h = hash_bytes(key, kl);
-        struct rec **pp = &tab[h & (nb - 1)];
+        struct rec **pp = &r->tab[h & (r->nb - 1)];
         while (*pp && !((*pp)->hash == h && (*pp)->klen == kl &&
                         memcmp((*pp)->key, key, kl) == 0))
             pp = &(*pp)->next;
-        struct rec *r = *pp;
-        if (!r)
+        struct rec *e = *pp;
+        if (!e)
             bu_die("hintdemo", "key vanished");
-        *pp = r->next;
-        live -= sizeof *r + r->klen + 1 + r->vlen;
-        free(r->val);
-        free(r);
-        deleted++;
+        *pp = e->next;
+        r->live -= sizeof *e + e->klen + 1 + e->vlen;
+        free(e->val);
+        free(e);
+        r->deleted++;
     }
-    long rss_before = bu_status_kb("VmRSS");
-    bu_event("delete_done");
+    r->rss_before = bu_status_kb("VmRSS");
+}
 
-    size_t count0, count1;
-    uint64_t sum0 = checksum(tab, nb, &count0);
-    long moved = 0, asked = 0;
-    size_t shrunk = 0;
-    if (have_hint && defrag) {
-        for (size_t b = 0; b < nb; b++) {
-            for (struct rec **pp = &tab[b]; *pp; pp = &(*pp)->next) {
-                struct rec *r = *pp;
-                asked += 2;
-                if (hint(r)) {
-                    struct rec *nr = drealloc(r);
-                    if (nr != r) {
-                        *pp = nr;
-                        r = nr;
-                        moved++;
-                    }
+/* Move every record and value the allocator hints at (sd_defrag_hint ->
+ * sd_defrag_realloc), repointing the table. */
+static void move_hinted(struct run *r)
+{
+    for (size_t b = 0; b < r->nb; b++) {
+        for (struct rec **pp = &r->tab[b]; *pp; pp = &(*pp)->next) {
+            struct rec *e = *pp;
+            r->asked += 2;
+            if (r->hint(e)) {
+                struct rec *ne = r->drealloc(e);
+                if (ne != e) {
+                    *pp = ne;
+                    e = ne;
+                    r->moved++;
                 }
-                if (hint(r->val)) {
-                    char *nv = drealloc(r->val);
-                    if (nv != r->val) {
-                        r->val = nv;
-                        moved++;
-                    }
+            }
+            if (r->hint(e->val)) {
+                char *nv = r->drealloc(e->val);
+                if (nv != e->val) {
+                    e->val = nv;
+                    r->moved++;
                 }
             }
         }
+    }
+}
+
+/* The defrag pass and the shrink, if asked for and available; the table
+ * must hold the same records afterwards. */
+static void defragment(struct run *r)
+{
+    size_t count0, count1;
+    uint64_t sum0 = checksum(r->tab, r->nb, &count0);
+    if (r->have_hint && r->defrag) {
+        move_hinted(r);
         bu_event("defrag_done");
     }
-    if (shrink_all && defrag) {
+    if (r->shrink_all && r->defrag) {
         bu_event("shrink");
-        shrunk = shrink_all();
+        r->shrunk = r->shrink_all();
     }
-    uint64_t sum1 = checksum(tab, nb, &count1);
+    uint64_t sum1 = checksum(r->tab, r->nb, &count1);
     if (sum0 != sum1 || count0 != count1)
         bu_die("hintdemo", "table changed during the defrag pass");
+}
 
-    bu_sleep(hold);
-    long rss_after = bu_status_kb("VmRSS");
+static void report(const struct run *r)
+{
     printf("hintdemo: %ld records, %ld deleted; RSS %.1f MiB full, %.1f MiB "
            "after delete, %.1f MiB after %s (%ld of %ld blocks moved, %zu bytes "
            "shrunk); live %.1f MiB\n",
-           nrec, deleted, rss_peak / 1024.0, rss_before / 1024.0,
-           rss_after / 1024.0,
-           (have_hint && defrag) ? "defrag + hold" : "hold only",
-           moved, asked, shrunk, live / 1048576.0);
-    bu_kv_long("records", nrec);
-    bu_kv_long("deleted", deleted);
-    bu_kv_long("live_bytes", (long long)live);
-    bu_kv_long("rss_peak_kb", rss_peak);
-    bu_kv_long("rss_before_kb", rss_before);
-    bu_kv_long("moved", moved);
-    bu_kv_long("shrunk_bytes", (long long)shrunk);
-    bu_kv_long("rss_after_kb", rss_after);
-    bu_kv_double("rss_per_live", rss_after * 1024.0 / (double)live);
+           r->nrec, r->deleted, r->rss_peak / 1024.0, r->rss_before / 1024.0,
+           r->rss_after / 1024.0,
+           (r->have_hint && r->defrag) ? "defrag + hold" : "hold only",
+           r->moved, r->asked, r->shrunk, r->live / 1048576.0);
+    bu_kv_long("records", r->nrec);
+    bu_kv_long("deleted", r->deleted);
+    bu_kv_long("live_bytes", (long long)r->live);
+    bu_kv_long("rss_peak_kb", r->rss_peak);
+    bu_kv_long("rss_before_kb", r->rss_before);
+    bu_kv_long("moved", r->moved);
+    bu_kv_long("shrunk_bytes", (long long)r->shrunk);
+    bu_kv_long("rss_after_kb", r->rss_after);
+    bu_kv_double("rss_per_live", r->rss_after * 1024.0 / (double)r->live);
+}
+
+int main(int argc, char **argv)
+{
+    struct run r = { 0 };
+    parse_args(argc, argv, &r);
+    find_api(&r);
+    bu_event("start");
+    bu_rng rng;
+    bu_seed(&rng, r.seed);
+    fill(&r, &rng);
+    bu_event("fill_done");
+    delete_some(&r, &rng);
+    bu_event("delete_done");
+    defragment(&r);
+    bu_sleep(r.hold);
+    r.rss_after = bu_status_kb("VmRSS");
+    report(&r);
     bu_final();
     return 0;
 }

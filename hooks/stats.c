@@ -282,10 +282,12 @@ static void json_cache(struct out *o, const struct row *r)
     out_put(o, "{\"name\":", 8);
     out_jstr(o, c->name, sizeof c->name);
     out_fmt(o, ",\"objects\":%zu,\"object_size\":%u,\"stride\":%u,\"slab_size\":%zu,"
-            "\"objects_per_slab\":%u,\"slabs\":%zu,\"partial\":%zu,\"cpu\":%zu,"
+            "\"objects_per_slab\":%u,\"page_slab_size\":%zu,\"objects_per_page_slab\":%u,"
+            "\"slabs\":%zu,\"partial\":%zu,\"cpu\":%zu,"
             "\"full\":%zu,\"frozen\":%zu,\"empty\":%zu,\"space\":%zu,\"loss\":%zu,"
             "\"partial_pct\":%u,\"efficiency_pct\":%u,\"flags\":\"%s\",\"aliases\":[",
             r->u.objects_inuse, c->object_size, c->size, slab_bytes(c), c->capacity,
+            c->page_capacity ? seg_kind_bytes(c->page_kind) : 0, c->page_capacity,
             r->u.slabs, r->u.partial, r->u.active, r->u.full, r->u.frozen, r->u.empty,
             r->space, row_key(r, STATS_SORT_LOSS), pct(r->u.partial, r->u.slabs),
             pct(r->used, r->space), flg);
@@ -486,4 +488,9 @@ int stats_print_cache(int fd, struct sd_cache *c, unsigned flags)
 SD_EXPORT int sd_stats_print(int fd)
 {
     return stats_print(fd, 0, STATS_SORT_NONE);
+}
+
+SD_EXPORT int sd_stats_print_json(int fd)
+{
+    return stats_print(fd, STATS_JSON, STATS_SORT_NONE);
 }

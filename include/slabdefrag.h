@@ -122,6 +122,9 @@ int sd_cache_get_info(const sd_cache *s, struct sd_cache_info *out);
 sd_cache *sd_cache_find(const char *name);
 /* Print the slabinfo-style table of every cache to fd.  0 or -errno. */
 int sd_stats_print(int fd);
+/* The same figures as one JSON line (what SLABDEFRAG_STATS=json prints at
+ * exit: per cache, "large", "shrinker", "cpu_caches", "mesh").  0 or -errno. */
+int sd_stats_print_json(int fd);
 
 #ifdef __cplusplus
 }

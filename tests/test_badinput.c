@@ -1,8 +1,10 @@
 /*
  * tests/test_badinput.c - invalid pointers handed to the malloc family.
  *
- * Each bad call runs in a forked child whose stderr goes to a pipe.  The
- * child must die of SIGABRT after printing exactly one line
+ * One table: each Test line names a bad call, where its pointer comes
+ * from, what is called with it and the report it must give.  Each bad call
+ * runs in a forked child whose stderr goes to a pipe.  The child must die
+ * of SIGABRT after printing exactly one line
  *   slabdefrag: <call>(): <description> 0x<address>[ ...]
  * and the address must be the pointer the test passed.
  */
@@ -56,238 +58,131 @@ static void expect_message(const struct child *c, const char *needle, const void
               "message is not terminated by a newline: %s", line);
 }
 
-/* ---- children ---------------------------------------------------------- */
+/* ---- the calls a child makes ------------------------------------------ */
 
-static void do_free(void *p) { free_fn(p); }
-static void do_realloc(void *p) { void *volatile q = realloc_fn(p, 100); (void)q; }
-static void do_usable(void *p) { volatile size_t n = usable_fn(p); (void)n; }
-static void do_double_free(void *p) { free_fn(p); free_fn(p); }
-
-/* ---- tests ------------------------------------------------------------- */
-
-Test(api, badinput_free_stack_address)
-{
-    char buf[256];
-    memset(buf, 0, sizeof buf);
-    void *p = buf + 32;
-    struct child c;
-    run_child(do_free, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): invalid pointer", p);
-}
-
-Test(api, badinput_free_own_mmap_region)
-{
-    void *m = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(m, MAP_FAILED);
-    struct child c;
-    run_child(do_free, m, &c);
-    munmap(m, 1 << 16);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): invalid pointer", m);
-}
-
-Test(api, badinput_free_own_mmap_segment_aligned)
-{
-    /* A 4 MiB-aligned address in the test's own mapping: looks like a
-     * segment start to a lookup that trusts alignment. */
-    size_t len = 12u << 20;
-    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq((void *)m, MAP_FAILED);
-    char *a = (char *)(((uintptr_t)m + (4u << 20) - 1) & ~(uintptr_t)((4u << 20) - 1));
-    memset(a, 0x5a, 1 << 16);
-    void *p = a + 16384 + 64;
-    struct child c;
-    run_child(do_free, p, &c);
-    munmap(m, len);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): invalid pointer", p);
-}
-
-Test(api, badinput_free_interior_small)
-{
-    char *b = malloc_fn(64);
-    cr_assert_not_null(b);
-    void *p = b + 8;
-    struct child c;
-    run_child(do_free, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): invalid pointer", p);
-    free(b);
-}
-
-Test(api, badinput_free_interior_large)
-{
-    char *b = malloc_fn(1 << 20);
-    cr_assert_not_null(b);
-    void *p = b + 16;
-    struct child c;
-    run_child(do_free, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): invalid pointer", p);
-    free(b);
-}
-
-Test(api, badinput_free_interior_medium)
-{
-    char *b = malloc_fn(5000);
-    cr_assert_not_null(b);
-    void *p = b + 2048;
-    struct child c;
-    run_child(do_free, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): invalid pointer", p);
-    free(b);
-}
-
-Test(api, badinput_double_free_small)
-{
-    void *p = malloc_fn(64);
-    cr_assert_not_null(p);
-    struct child c;
-    run_child(do_double_free, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: free(): double free", p);
-    free(p);
-}
-
-Test(api, badinput_double_free_names_cache)
-{
-    void *p = malloc_fn(64);
-    cr_assert_not_null(p);
-    struct child c;
-    run_child(do_double_free, p, &c);
-    expect_sigabrt(&c);
-    char line[1024];
-    cr_assert(find_line(&c, "double free", line, sizeof line), "stderr:\n%s", c.err);
-    cr_assert(strstr(line, "malloc-64") != NULL, "cache not named: %s", line);
-    free(p);
-}
-
-Test(api, badinput_double_free_large)
-{
-    /* A freed large block is no longer a block start: invalid or double. */
-    void *p = malloc_fn(1 << 20);
-    cr_assert_not_null(p);
-    struct child c;
-    run_child(do_double_free, p, &c);
-    expect_sigabrt(&c);
-    char line[1024];
-    cr_assert(find_line(&c, "slabdefrag: free(): ", line, sizeof line),
-              "stderr:\n%s", c.err);
-    const char *needle = strstr(line, "double free") ? "slabdefrag: free(): double free"
-                                                     : "slabdefrag: free(): invalid pointer";
-    expect_message(&c, needle, p);
-}
-
-/* Extents (issue 12).  fn(p) in a child must abort with `msg` and p. */
-static void expect_abort(child_fn fn, void *p, const char *msg)
-{
-    struct child c;
-    run_child(fn, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, msg, p);
-}
-
-/* One stashed per CPU (up to 256 KiB), one that goes to its arena: each
- * double free is named as such. */
-static void double_free_large_exact(size_t n)
-{
-    void *p = malloc_fn(n);
-    cr_assert_not_null(p);
-    expect_abort(do_double_free, p, "slabdefrag: free(): double free");
-    free(p);
-}
-
-Test(api, badinput_double_free_extent_stashed)
-{
-    double_free_large_exact(100 << 10);
-}
-
-Test(api, badinput_double_free_extent)
-{
-    double_free_large_exact(2 << 20);
-}
-
-Test(api, badinput_free_extent_next_page)
-{
-    /* Page aligned inside a block: not a block start. */
-    char *b = malloc_fn(1 << 20);
-    cr_assert_not_null(b);
-    expect_abort(do_free, b + 4096, "slabdefrag: free(): invalid pointer");
-    expect_abort(do_usable, b + 4096, "slabdefrag: malloc_usable_size(): invalid pointer");
-    free(b);
-}
-
-static void do_free_then_usable(void *p)
+static void free_once(void *p) { free_fn(p); }
+static void reallocate(void *p) { void *volatile q = realloc_fn(p, 100); (void)q; }
+static void usable(void *p) { volatile size_t n = usable_fn(p); (void)n; }
+static void free_twice(void *p) { free_fn(p); free_fn(p); }
+static void free_usable(void *p)
 {
     free_fn(p);
     volatile size_t n = usable_fn(p);
     (void)n;
 }
 
-Test(api, badinput_usable_size_of_freed_extent)
-{
-    void *p = malloc_fn(300 << 10);
-    cr_assert_not_null(p);
-    expect_abort(do_free_then_usable, p, "slabdefrag: malloc_usable_size(): invalid pointer");
-    free(p);
-}
+/* ---- where the bad pointer comes from ---------------------------------- */
 
-Test(api, badinput_realloc_foreign_pointer)
+enum source {
+    STACK,          /* the test's stack + offset */
+    MAPPING,        /* the test's own 64 KiB mmap + offset */
+    MAPPING_4M,     /* a 4 MiB-aligned address in the test's own mapping + offset:
+                     * looks like a segment start to a lookup that trusts alignment */
+    BLOCK,          /* malloc(size) + offset: an interior pointer, or (offset 0)
+                     * the block itself for a call that frees it twice */
+};
+
+struct bad_call {
+    enum source from;
+    size_t size;                /* BLOCK: bytes malloc'd */
+    size_t offset;              /* into the buffer, mapping or block */
+    child_fn call;
+    const char *report;         /* the one line starts with this, then 0x<pointer> */
+    const char *or_report;      /* ... or with this one (NULL: no other) */
+    const char *names;          /* the line also holds this (NULL: nothing else) */
+};
+
+#define FREE_BAD    "slabdefrag: free(): invalid pointer"
+#define FREE_TWICE  "slabdefrag: free(): double free"
+#define REALLOC_BAD "slabdefrag: realloc(): invalid pointer"
+#define USABLE_BAD  "slabdefrag: malloc_usable_size(): invalid pointer"
+
+/* Make the pointer, run the call in a child, check how it died and what it
+ * said, and free what the test made. */
+static void run_bad_call(struct bad_call b)
 {
-    char buf[128];
+    char buf[256];
     memset(buf, 0, sizeof buf);
-    void *p = buf + 16;
+    char *base = NULL, *m = NULL;
+    size_t maplen = 0;
+    switch (b.from) {
+    case STACK:
+        base = buf;
+        break;
+    case MAPPING:
+    case MAPPING_4M:
+        maplen = b.from == MAPPING ? 1u << 16 : 12u << 20;
+        m = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        cr_assert_neq((void *)m, MAP_FAILED);
+        base = m;
+        if (b.from == MAPPING_4M) {
+            base = (char *)(((uintptr_t)m + (4u << 20) - 1) & ~(uintptr_t)((4u << 20) - 1));
+            memset(base, 0x5a, 1 << 16);
+        }
+        break;
+    case BLOCK:
+        base = malloc_fn(b.size);
+        cr_assert_not_null(base);
+        break;
+    }
+    void *p = base + b.offset;
     struct child c;
-    run_child(do_realloc, p, &c);
+    run_child(b.call, p, &c);
+    if (m)
+        munmap(m, maplen);
     expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: realloc(): invalid pointer", p);
+    const char *report = b.report;
+    char line[1024];
+    if (b.or_report && find_line(&c, "slabdefrag: ", line, sizeof line) &&
+        !strstr(line, b.report))
+        report = b.or_report;
+    expect_message(&c, report, p);
+    if (b.names) {
+        cr_assert(find_line(&c, report, line, sizeof line), "stderr:\n%s", c.err);
+        cr_assert(strstr(line, b.names) != NULL, "\"%s\" not named: %s", b.names, line);
+    }
+    if (b.from == BLOCK)
+        free(base);
 }
 
-Test(api, badinput_realloc_interior_pointer)
-{
-    char *b = malloc_fn(64);
-    cr_assert_not_null(b);
-    void *p = b + 8;
-    struct child c;
-    run_child(do_realloc, p, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: realloc(): invalid pointer", p);
-    free(b);
-}
+#define BAD(...) { run_bad_call((struct bad_call){ __VA_ARGS__ }); }
 
-Test(api, badinput_usable_size_foreign_pointer)
-{
-    void *m = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(m, MAP_FAILED);
-    struct child c;
-    run_child(do_usable, m, &c);
-    munmap(m, 1 << 16);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: malloc_usable_size(): invalid pointer", m);
-}
+/* ---- the table --------------------------------------------------------- */
 
-Test(api, badinput_usable_size_stack_pointer)
-{
-    char buf[64];
-    memset(buf, 0, sizeof buf);
-    struct child c;
-    run_child(do_usable, buf, &c);
-    expect_sigabrt(&c);
-    expect_message(&c, "slabdefrag: malloc_usable_size(): invalid pointer", buf);
-}
+/*   name                                     from        size     offset  call         report */
+Test(badinput, free_stack_address)            BAD(STACK,      0,          32, free_once,   FREE_BAD)
+Test(badinput, free_own_mmap_region)          BAD(MAPPING,    0,           0, free_once,   FREE_BAD)
+Test(badinput, free_own_mmap_segment_aligned) BAD(MAPPING_4M, 0,  16384 + 64, free_once,   FREE_BAD)
+Test(badinput, free_interior_small)           BAD(BLOCK,      64,          8, free_once,   FREE_BAD)
+Test(badinput, free_interior_medium)          BAD(BLOCK,      5000,     2048, free_once,   FREE_BAD)
+Test(badinput, free_interior_large)           BAD(BLOCK,      1 << 20,    16, free_once,   FREE_BAD)
+/* Page aligned inside an extent block: not a block start. */
+Test(badinput, free_extent_next_page)         BAD(BLOCK,      1 << 20,  4096, free_once,   FREE_BAD)
+Test(badinput, usable_size_extent_next_page)  BAD(BLOCK,      1 << 20,  4096, usable,      USABLE_BAD)
+Test(badinput, double_free_small)             BAD(BLOCK,      64,          0, free_twice,  FREE_TWICE)
+Test(badinput, double_free_names_cache)       BAD(BLOCK,      64,          0, free_twice,  FREE_TWICE,
+                                                  .names = "malloc-64")
+/* A freed large block is no longer a block start: invalid or double. */
+Test(badinput, double_free_large)             BAD(BLOCK,      1 << 20,     0, free_twice,  FREE_TWICE,
+                                                  .or_report = FREE_BAD)
+/* Extents (issue 12): one stashed per CPU (up to 256 KiB), one that goes
+ * to its arena; each double free is named as such. */
+Test(badinput, double_free_extent_stashed)    BAD(BLOCK,      100 << 10,   0, free_twice,  FREE_TWICE)
+Test(badinput, double_free_extent)            BAD(BLOCK,      2 << 20,     0, free_twice,  FREE_TWICE)
+Test(badinput, usable_size_of_freed_extent)   BAD(BLOCK,      300 << 10,   0, free_usable, USABLE_BAD)
+Test(badinput, realloc_foreign_pointer)       BAD(STACK,      0,          16, reallocate,  REALLOC_BAD)
+Test(badinput, realloc_interior_pointer)      BAD(BLOCK,      64,          8, reallocate,  REALLOC_BAD)
+Test(badinput, usable_size_foreign_pointer)   BAD(MAPPING,    0,           0, usable,      USABLE_BAD)
+Test(badinput, usable_size_stack_pointer)     BAD(STACK,      0,           0, usable,      USABLE_BAD)
 
 /* The harness itself: a child that does nothing wrong must not count. */
-static void do_nothing(void *p) { free_fn(p); }
+static void free_valid(void *p) { free_fn(p); }
 
-Test(api, badinput_harness_valid_free_exits_cleanly)
+Test(badinput, harness_valid_free_exits_cleanly)
 {
     void *p = malloc_fn(64);
     struct child c;
-    run_child(do_nothing, p, &c);
+    run_child(free_valid, p, &c);
     cr_assert(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0,
               "a valid free in the child did not exit 0; stderr:\n%s", c.err);
     cr_assert_eq(c.len, 0, "unexpected stderr: %s", c.err);

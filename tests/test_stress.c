@@ -26,55 +26,9 @@
 #include <unistd.h>
 
 #if STRESS_NO_CRITERION
-#include <stdarg.h>
-#include <stdio.h>
-#include <unistd.h>
-/*
- * Criterion cannot run under ThreadSanitizer: its sandbox (BoxFort) maps
- * an arena at random fixed addresses that collide with TSan's shadow
- * ("Could not initialize inheritable arena").  This minimal stand-in runs
- * each Test in a forked child with its timeout and prints Criterion-style
- * lines; the exit status is non-zero if any test failed.
- */
-struct mini_test {
-    const char *suite, *name;
-    void (*fn)(void);
-    int timeout;
-};
-static struct mini_test mini_tests[64];
-static int mini_ntests;
-static void mini_register(const char *suite, const char *name, void (*fn)(void),
-                          int timeout)
-{
-    mini_tests[mini_ntests++] = (struct mini_test){ suite, name, fn, timeout };
-}
-struct mini_opts { int timeout; };
-#define Test(suite, name, ...)                                                 \
-    static void suite##_##name(void);                                          \
-    __attribute__((constructor)) static void reg_##suite##_##name(void)        \
-    {                                                                          \
-        struct mini_opts o = { __VA_ARGS__ };                                  \
-        mini_register(#suite, #name, suite##_##name, o.timeout);               \
-    }                                                                          \
-    static void suite##_##name(void)
-/* (no format attribute: an assertion without a message passes "") */
-static void mini_fail(const char *file, int line, const char *cond, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "[----] %s:%d: Assertion Failed (%s)\n[----]   ", file, line, cond);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    fflush(stderr);
-    _exit(1);
-}
-#define MINI_FAIL(cond, ...) mini_fail(__FILE__, __LINE__, cond, "" __VA_ARGS__)
-#define cr_assert(c, ...) do { if (!(c)) MINI_FAIL(#c, __VA_ARGS__); } while (0)
-#define cr_assert_eq(a, b, ...) cr_assert((a) == (b), "" __VA_ARGS__)
-#define cr_assert_neq(a, b, ...) cr_assert((a) != (b), "" __VA_ARGS__)
-#define cr_assert_geq(a, b, ...) cr_assert((a) >= (b), "" __VA_ARGS__)
-#define cr_assert_not_null(a, ...) cr_assert((a) != NULL, "" __VA_ARGS__)
+/* Criterion cannot run under ThreadSanitizer: the stand-in of harness.h
+ * (same Test/cr_assert macros, same --filter command line; it defines main). */
+#include "harness.h"
 #endif
 
 #if STRESS_SDM
@@ -908,67 +862,6 @@ Test(stress, fork_from_thread_in_hot_loop, .timeout = 180)
     cr_assert_eq(null_allocs, 0);
 }
 
-#if STRESS_NO_CRITERION
-#include <sys/wait.h>
-int main(int argc, char **argv)
-{
-    /* Criterion's command line, in part: --filter suite/name; the rest
-     * (--jobs N, ...) is ignored. */
-    const char *filter = NULL;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--filter") && i + 1 < argc)
-            filter = argv[++i];
-        else if (!strncmp(argv[i], "--filter=", 9))
-            filter = argv[i] + 9;
-    int failed = 0, ran = 0;
-    for (int i = 0; i < mini_ntests; i++) {
-        struct mini_test *t = &mini_tests[i];
-        char full[256];
-        snprintf(full, sizeof full, "%s/%s", t->suite, t->name);
-        if (filter && strcmp(filter, full) != 0)
-            continue;
-        ran++;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid < 0) {
-            perror("fork");
-            return 2;
-        }
-        if (pid == 0) {
-            alarm(t->timeout ? (unsigned)t->timeout : 60);
-            t->fn();
-            fflush(NULL);
-            exit(0);        /* exit, not _exit: lets the sanitizer report */
-        }
-        int st;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-            ;
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (!ok) {
-            failed++;
-            if (WIFSIGNALED(st))
-                fprintf(stderr, "[----] %s::%s: killed by signal %d%s\n", t->suite,
-                        t->name, WTERMSIG(st), WTERMSIG(st) == SIGALRM ? " (timeout)" : "");
-            else
-                fprintf(stderr, "[----] %s::%s: exit status %d\n", t->suite, t->name,
-                        WEXITSTATUS(st));
-        }
-        fprintf(stderr, "[%s] %s::%s: (%.2fs)\n", ok ? "PASS" : "FAIL", t->suite,
-                t->name, secs);
-    }
-    fprintf(stderr, "[====] Synthesis: Tested: %d | Passing: %d | Failing: %d\n",
-            ran, ran - failed, failed);
-    if (!ran) {
-        fprintf(stderr, "no test matches --filter %s\n", filter ? filter : "");
-        return 3;
-    }
-    return failed ? 1 : 0;
-}
-#endif
 
 /* Per-thread mode (SLABDEFRAG_PERCPU=0): while threads allocate, free
  * and pause, another thread takes the slabs of those outside the

@@ -40,7 +40,7 @@
 #include <slabdefrag.h>
 #endif
 
-#include "demo_util.h"
+#include "../benchutil.h"
 
 #define IT_VALID 0x1u
 
@@ -90,7 +90,7 @@ static int key_of(uint32_t id, char *buf, size_t sz)
 
 static size_t vallen_of(uint32_t id)
 {
-    return VAL_MIN + (size_t)(demo_mix(id, seed) % (VAL_MAX - VAL_MIN + 1));
+    return VAL_MIN + (size_t)(bu_mix(id, seed) % (VAL_MAX - VAL_MIN + 1));
 }
 
 static void value_of(uint32_t id, char *buf, size_t len)
@@ -98,7 +98,7 @@ static void value_of(uint32_t id, char *buf, size_t len)
     uint64_t w = 0;
     for (size_t i = 0; i < len; i++) {
         if (i % 8 == 0)
-            w = demo_mix(id ^ ((uint64_t)i << 32), seed + 7);
+            w = bu_mix(id ^ ((uint64_t)i << 32), seed + 7);
         buf[i] = (char)(w >> (8 * (i % 8)));
     }
 }
@@ -113,7 +113,7 @@ static int class_of(size_t total)
 
 static uint64_t item_csum(const struct item *it)
 {
-    return demo_fnv1a(it->data, (size_t)it->keylen + it->vallen,
+    return bu_fnv1a(it->data, (size_t)it->keylen + it->vallen,
                       0xcbf29ce484222325ULL);
 }
 
@@ -176,7 +176,7 @@ static int kv_set(uint32_t id)
     memcpy(it->data, key, klen);
     value_of(id, it->data + klen, vlen);
     it->csum = item_csum(it);
-    it->hash = demo_fnv1a(key, klen, 0xcbf29ce484222325ULL);
+    it->hash = bu_fnv1a(key, klen, 0xcbf29ce484222325ULL);
 
     struct item *old;
     pthread_mutex_lock(&kv.lock);
@@ -204,7 +204,7 @@ static int kv_del(uint32_t id)
 {
     char key[32];
     size_t klen = (size_t)key_of(id, key, sizeof(key));
-    uint64_t h = demo_fnv1a(key, klen, 0xcbf29ce484222325ULL);
+    uint64_t h = bu_fnv1a(key, klen, 0xcbf29ce484222325ULL);
     pthread_mutex_lock(&kv.lock);
     struct item *it = find_locked(key, klen, h);
     if (!it) {
@@ -230,7 +230,7 @@ static int kv_check(uint32_t id)
     char key[32], val[VAL_MAX];
     size_t klen = (size_t)key_of(id, key, sizeof(key));
     size_t vlen = vallen_of(id);
-    uint64_t h = demo_fnv1a(key, klen, 0xcbf29ce484222325ULL);
+    uint64_t h = bu_fnv1a(key, klen, 0xcbf29ce484222325ULL);
     int rc;
     value_of(id, val, vlen);
     pthread_mutex_lock(&kv.lock);
@@ -352,37 +352,57 @@ static void usage(void)
     exit(2);
 }
 
-int main(int argc, char **argv)
+/* The options, and what each step measured (main prints them). */
+struct run {
+    uint64_t n, del_pct;
+    size_t nb;                  /* hash buckets */
+    uint32_t *perm;             /* a permutation of the ids */
+    unsigned char *alive;       /* per id: not deleted */
+    size_t ndel;                /* keys deleted */
+    size_t live_bytes_all;      /* the live items at their class size */
+    long rss_full, rss_before, rss_after;
+    int shrink_rc;
+    int bad;                    /* verification failures */
+#ifndef USE_MALLOC
+    struct cache_totals tb, ta; /* the caches before and after the shrink */
+#endif
+};
+
+static void parse_args(int argc, char **argv, struct run *r)
 {
-    uint64_t n = 1000000, del_pct = 85;
     const char *v;
+    r->n = 1000000;
+    r->del_pct = 85;
 #ifdef USE_MALLOC
     use_malloc = 1;
 #endif
     for (int i = 1; i < argc; i++) {
-        if ((v = demo_opt(argc, argv, &i, "--seed"))) {
-            if (demo_parse_u64(v, &seed)) usage();
-        } else if ((v = demo_opt(argc, argv, &i, "--delete"))) {
-            if (demo_parse_u64(v, &del_pct) || del_pct > 100) usage();
+        if ((v = bu_opt(argc, argv, &i, "--seed"))) {
+            if (bu_parse_u64(v, &seed)) usage();
+        } else if ((v = bu_opt(argc, argv, &i, "--delete"))) {
+            if (bu_parse_u64(v, &r->del_pct) || r->del_pct > 100) usage();
         } else if (strcmp(argv[i], "--malloc") == 0) {
             use_malloc = 1;
         } else if (argv[i][0] != '-') {
-            if (demo_parse_u64(argv[i], &n) || n == 0 || n > UINT32_MAX)
+            if (bu_parse_u64(argv[i], &r->n) || r->n == 0 || r->n > UINT32_MAX)
                 usage();
         } else {
             usage();
         }
     }
+}
 
-    demo_rng rng = { seed ^ 0x6b76ULL };
-    size_t nb = 1;
-    while (nb < n)
-        nb <<= 1;
-    kv.table = calloc(nb, sizeof(*kv.table));
-    kv.mask = nb - 1;
-    uint32_t *perm = malloc(n * sizeof(*perm));
-    unsigned char *alive = malloc(n);
-    if (!kv.table || !perm || !alive) {
+/* The hash table, the bookkeeping arrays and the item caches. */
+static int setup(struct run *r)
+{
+    r->nb = 1;
+    while (r->nb < r->n)
+        r->nb <<= 1;
+    kv.table = calloc(r->nb, sizeof(*kv.table));
+    kv.mask = r->nb - 1;
+    r->perm = malloc(r->n * sizeof(*r->perm));
+    r->alive = malloc(r->n);
+    if (!kv.table || !r->perm || !r->alive) {
         fprintf(stderr, "kvstore: out of memory\n");
         return 1;
     }
@@ -400,138 +420,176 @@ int main(int argc, char **argv)
     }
 #endif
     printf("mode=%s\n", use_malloc ? "malloc" : "slabdefrag");
-    printf("n=%llu seed=%llu delete_pct=%llu\n", (unsigned long long)n,
-           (unsigned long long)seed, (unsigned long long)del_pct);
+    printf("n=%llu seed=%llu delete_pct=%llu\n", (unsigned long long)r->n,
+           (unsigned long long)seed, (unsigned long long)r->del_pct);
+    return 0;
+}
 
-    /* 1. Load. */
-    size_t live_bytes_all = 0;
-    for (uint32_t id = 0; id < n; id++) {
+/* 1. Load every key. */
+static int load(struct run *r)
+{
+    for (uint32_t id = 0; id < r->n; id++) {
         if (kv_set(id)) {
             fprintf(stderr, "kvstore: set %u failed\n", id);
             return 1;
         }
-        alive[id] = 1;
+        r->alive[id] = 1;
     }
-    long rss_full = demo_rss_kb();
+    r->rss_full = bu_status_kb("VmRSS");
+    return 0;
+}
 
-    /* 2. Expire a random subset. */
-    size_t ndel = (size_t)(n * del_pct / 100);
-    demo_permutation(perm, n, &rng);
-    for (size_t i = 0; i < ndel; i++) {
-        if (kv_del(perm[i])) {
-            fprintf(stderr, "kvstore: delete %u: not found\n", perm[i]);
+/* 2. Expire a random subset; count the bytes of what stays. */
+static int expire(struct run *r, bu_sm *rng)
+{
+    r->ndel = (size_t)(r->n * r->del_pct / 100);
+    bu_permutation(r->perm, r->n, rng);
+    for (size_t i = 0; i < r->ndel; i++) {
+        if (kv_del(r->perm[i])) {
+            fprintf(stderr, "kvstore: delete %u: not found\n", r->perm[i]);
             return 1;
         }
-        alive[perm[i]] = 0;
+        r->alive[r->perm[i]] = 0;
     }
-    for (uint32_t id = 0; id < n; id++) {
-        if (alive[id]) {
+    for (uint32_t id = 0; id < r->n; id++) {
+        if (r->alive[id]) {
             char key[32];
             size_t klen = (size_t)key_of(id, key, sizeof(key));
-            live_bytes_all += class_size[class_of(sizeof(struct item) + klen +
-                                                  vallen_of(id))];
+            r->live_bytes_all += class_size[class_of(sizeof(struct item) + klen +
+                                                     vallen_of(id))];
         }
     }
+    return 0;
+}
 
-    long rss_before = demo_rss_kb();
+/* 3. Defragment: sparse slabs are emptied by moving items (RSS around it). */
+static void defragment(struct run *r)
+{
+    r->rss_before = bu_status_kb("VmRSS");
 #ifndef USE_MALLOC
-    int shrink_rc = 0;
-    struct cache_totals tb, ta;
     if (!use_malloc) {
-        totals(&tb);
-        /* 3. Defragment: sparse slabs are emptied by moving items. */
+        totals(&r->tb);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int c = 0; c < NCLASSES; c++) {
             int rc = sd_cache_shrink(caches[c]);
             if (rc < 0)
-                shrink_rc = rc;
+                r->shrink_rc = rc;
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         printf("shrink_ms=%.1f\n", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
                                     (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-        totals(&ta);
+        totals(&r->ta);
     }
 #endif
-    long rss_after = demo_rss_kb();
+    r->rss_after = bu_status_kb("VmRSS");
+}
 
-    /* 4. Verify every key. */
-    int bad = 0;
+/* 4. Verify every key: the live ones intact, the deleted ones gone. */
+static void verify_keys(struct run *r)
+{
     size_t present = 0;
-    for (uint32_t id = 0; id < n; id++) {
+    for (uint32_t id = 0; id < r->n; id++) {
         int rc = kv_check(id);
         if (rc == 0)
             present++;
-        if ((alive[id] && rc != 0) || (!alive[id] && rc != 1)) {
-            if (bad++ < 5)
+        if ((r->alive[id] && rc != 0) || (!r->alive[id] && rc != 1)) {
+            if (r->bad++ < 5)
                 fprintf(stderr, "kvstore: key %u: %s\n", id,
                         rc < 0 ? "value corrupt" :
                         rc == 1 ? "lost" : "deleted key still present");
         }
     }
-    if (present != kv.nitems || present != n - ndel) {
+    if (present != kv.nitems || present != r->n - r->ndel) {
         fprintf(stderr, "kvstore: %zu keys present, store counts %zu, "
-                "expected %zu\n", present, kv.nitems, (size_t)(n - ndel));
-        bad++;
+                "expected %zu\n", present, kv.nitems, (size_t)(r->n - r->ndel));
+        r->bad++;
     }
+}
 
+/* The figures of the load, the expiry and the shrink. */
+static void report(const struct run *r)
+{
     printf("inserted=%llu deleted=%zu live_items=%zu\n",
-           (unsigned long long)n, ndel, kv.nitems);
-    printf("rss_kb_full=%ld\n", rss_full);
+           (unsigned long long)r->n, r->ndel, kv.nitems);
+    printf("rss_kb_full=%ld\n", r->rss_full);
     /* Every byte the program holds: the items (at their class size), and
      * the hash table and the two bookkeeping arrays, which are live too. */
-    size_t table_bytes = nb * sizeof(*kv.table) + (size_t)n * sizeof(*perm) + (size_t)n;
-    printf("item_bytes=%zu table_bytes=%zu\n", live_bytes_all, table_bytes);
-    printf("live_bytes=%zu\n", live_bytes_all + table_bytes);
-    printf("rss_kb_before_shrink=%ld\n", rss_before);
-    printf("rss_kb_after_shrink=%ld\n", rss_after);
+    size_t table_bytes = r->nb * sizeof(*kv.table) + (size_t)r->n * sizeof(*r->perm) +
+                         (size_t)r->n;
+    printf("item_bytes=%zu table_bytes=%zu\n", r->live_bytes_all, table_bytes);
+    printf("live_bytes=%zu\n", r->live_bytes_all + table_bytes);
+    printf("rss_kb_before_shrink=%ld\n", r->rss_before);
+    printf("rss_kb_after_shrink=%ld\n", r->rss_after);
+}
+
 #ifndef USE_MALLOC
-    if (!use_malloc) {
-        printf("shrink_rc=%d\n", shrink_rc);
-        printf("slabs_before=%zu slabs_after=%zu\n", tb.slabs, ta.slabs);
-        printf("partial_before=%zu partial_after=%zu\n", tb.partial, ta.partial);
-        printf("objects_inuse_after=%zu\n", ta.inuse);
-        printf("vacate_attempts=%lu vacate_successes=%lu objects_kicked=%lu\n",
-               ta.attempts - tb.attempts, ta.successes - tb.successes,
-               ta.kicked - tb.kicked);
-        printf("bytes_released=%zu\n", ta.released - tb.released);
-        printf("get_calls=%lu get_objects=%lu get_nulled=%lu\n",
-               kv.get_calls, kv.get_objects, kv.get_nulled);
-        printf("kick_calls=%lu moved=%lu move_raced=%lu move_nomem=%lu\n",
-               kv.kick_calls, kv.moved, kv.move_raced, kv.move_nomem);
-        /* A vacate running on another thread (the background shrinker)
-         * holds a moved copy or an unfreed victim for a moment: wait for a
-         * quiet instant before comparing. */
-        for (int tries = 0; ta.inuse != kv.nitems && tries < 200; tries++) {
-            struct timespec ts = { 0, 5 * 1000 * 1000 };
-            nanosleep(&ts, NULL);
-            /* (never call the allocator with our lock held) */
-            pthread_mutex_lock(&kv.lock);
-            size_t want = kv.nitems;
-            pthread_mutex_unlock(&kv.lock);
-            totals(&ta);
-            if (ta.inuse == want)
-                break;
-        }
-        if (ta.inuse != kv.nitems) {
-            fprintf(stderr, "kvstore: allocator counts %zu objects in use, "
-                    "the store holds %zu\n", ta.inuse, kv.nitems);
-            bad++;
-        }
-        if (shrink_rc < 0) {
-            fprintf(stderr, "kvstore: sd_cache_shrink: %s\n",
-                    strerror(-shrink_rc));
-            bad++;
-        }
-    } else
+/* The shrink's counters, and the allocator's count of items against the
+ * store's. */
+static void report_shrink(struct run *r)
+{
+    const struct cache_totals *tb = &r->tb;
+    struct cache_totals *ta = &r->ta;
+    printf("shrink_rc=%d\n", r->shrink_rc);
+    printf("slabs_before=%zu slabs_after=%zu\n", tb->slabs, ta->slabs);
+    printf("partial_before=%zu partial_after=%zu\n", tb->partial, ta->partial);
+    printf("objects_inuse_after=%zu\n", ta->inuse);
+    printf("vacate_attempts=%lu vacate_successes=%lu objects_kicked=%lu\n",
+           ta->attempts - tb->attempts, ta->successes - tb->successes,
+           ta->kicked - tb->kicked);
+    printf("bytes_released=%zu\n", ta->released - tb->released);
+    printf("get_calls=%lu get_objects=%lu get_nulled=%lu\n",
+           kv.get_calls, kv.get_objects, kv.get_nulled);
+    printf("kick_calls=%lu moved=%lu move_raced=%lu move_nomem=%lu\n",
+           kv.kick_calls, kv.moved, kv.move_raced, kv.move_nomem);
+    /* A vacate running on another thread (the background shrinker)
+     * holds a moved copy or an unfreed victim for a moment: wait for a
+     * quiet instant before comparing. */
+    for (int tries = 0; ta->inuse != kv.nitems && tries < 200; tries++) {
+        struct timespec ts = { 0, 5 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        /* (never call the allocator with our lock held) */
+        pthread_mutex_lock(&kv.lock);
+        size_t want = kv.nitems;
+        pthread_mutex_unlock(&kv.lock);
+        totals(ta);
+        if (ta->inuse == want)
+            break;
+    }
+    if (ta->inuse != kv.nitems) {
+        fprintf(stderr, "kvstore: allocator counts %zu objects in use, "
+                "the store holds %zu\n", ta->inuse, kv.nitems);
+        r->bad++;
+    }
+    if (r->shrink_rc < 0) {
+        fprintf(stderr, "kvstore: sd_cache_shrink: %s\n",
+                strerror(-r->shrink_rc));
+        r->bad++;
+    }
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    struct run r = { 0 };
+    parse_args(argc, argv, &r);
+    bu_sm rng = { seed ^ 0x6b76ULL };
+    if (setup(&r) || load(&r) || expire(&r, &rng))
+        return 1;
+    defragment(&r);
+    verify_keys(&r);
+    report(&r);
+#ifndef USE_MALLOC
+    if (!use_malloc)
+        report_shrink(&r);
+    else
 #endif
         printf("shrink=none\n");
-
-    free(perm);
-    free(alive);
-    printf("final_rss_kb=%ld\n", demo_rss_kb());
-    printf("peak_rss_kb=%ld\n", demo_status_kb("VmHWM"));
-    printf("verify=%s\n", bad ? "FAILED" : "ok");
+    free(r.perm);
+    free(r.alive);
+    printf("final_rss_kb=%ld\n", bu_status_kb("VmRSS"));
+    printf("peak_rss_kb=%ld\n", bu_status_kb("VmHWM"));
+    printf("verify=%s\n", r.bad ? "FAILED" : "ok");
     fflush(stdout);
-    return bad ? 1 : 0;
+    return r.bad ? 1 : 0;
 }

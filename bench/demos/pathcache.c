@@ -48,7 +48,7 @@
 #include <slabdefrag.h>
 #endif
 
-#include "demo_util.h"
+#include "../benchutil.h"
 
 #define PE_VALID   0x1u     /* constructed and hashed; not being torn down */
 #define PE_ON_LRU  0x2u
@@ -180,7 +180,7 @@ static void pentry_put_locked(struct pentry *e)
 
 static uint64_t path_hash(const char *s, size_t n)
 {
-    return demo_fnv1a(s, n, 0xcbf29ce484222325ULL);
+    return bu_fnv1a(s, n, 0xcbf29ce484222325ULL);
 }
 
 /* A deterministic path for entry id: four directory levels and a file. */
@@ -417,46 +417,68 @@ static void usage(void)
     exit(2);
 }
 
-int main(int argc, char **argv)
+/* The options, and what each step measured (main prints them). */
+struct run {
+    uint64_t n, seed, prune_pct;
+    double hold_pct;
+    size_t nb;                  /* hash buckets */
+    uint32_t *perm;             /* a permutation of the ids */
+    size_t nheld;               /* entries users hold */
+    uint32_t *held_ids;
+    struct pentry **held;
+    size_t pruned, live;        /* entries pruned; left before the shrink */
+    long rss_full, rss_before, rss_after;
+    int shrink_rc;
+    int bad;                    /* verification failures */
+#ifndef USE_MALLOC
+    struct cache_totals tb, ta; /* the cache before and after the shrink */
+#endif
+};
+
+static void parse_args(int argc, char **argv, struct run *r)
 {
-    uint64_t n = 1000000, seed = 1, prune_pct = 90;
-    double hold_pct = 0.2;
     const char *v;
+    r->n = 1000000;
+    r->seed = 1;
+    r->prune_pct = 90;
+    r->hold_pct = 0.2;
 #ifdef USE_MALLOC
     use_malloc = 1;
 #endif
     for (int i = 1; i < argc; i++) {
-        if ((v = demo_opt(argc, argv, &i, "--seed"))) {
-            if (demo_parse_u64(v, &seed)) usage();
-        } else if ((v = demo_opt(argc, argv, &i, "--hold"))) {
+        if ((v = bu_opt(argc, argv, &i, "--seed"))) {
+            if (bu_parse_u64(v, &r->seed)) usage();
+        } else if ((v = bu_opt(argc, argv, &i, "--hold"))) {
             char *end;
-            hold_pct = strtod(v, &end);
-            if (*end || end == v || !(hold_pct >= 0 && hold_pct <= 100)) usage();
-        } else if ((v = demo_opt(argc, argv, &i, "--prune"))) {
-            if (demo_parse_u64(v, &prune_pct) || prune_pct > 100) usage();
+            r->hold_pct = strtod(v, &end);
+            if (*end || end == v || !(r->hold_pct >= 0 && r->hold_pct <= 100)) usage();
+        } else if ((v = bu_opt(argc, argv, &i, "--prune"))) {
+            if (bu_parse_u64(v, &r->prune_pct) || r->prune_pct > 100) usage();
         } else if (strcmp(argv[i], "--malloc") == 0) {
             use_malloc = 1;
         } else if (argv[i][0] != '-') {
-            if (demo_parse_u64(argv[i], &n) || n == 0 || n > UINT32_MAX)
+            if (bu_parse_u64(argv[i], &r->n) || r->n == 0 || r->n > UINT32_MAX)
                 usage();
         } else {
             usage();
         }
     }
+}
 
-    demo_rng rng = { seed };
-    size_t nb = 1;
-    while (nb < n)
-        nb <<= 1;
-    pc.table = calloc(nb, sizeof(*pc.table));
-    pc.mask = nb - 1;
+/* The hash table, the LRU list, the permutation and the entry cache. */
+static int setup(struct run *r)
+{
+    r->nb = 1;
+    while (r->nb < r->n)
+        r->nb <<= 1;
+    pc.table = calloc(r->nb, sizeof(*pc.table));
+    pc.mask = r->nb - 1;
     pc.lru.lru_next = pc.lru.lru_prev = &pc.lru;
-    uint32_t *perm = malloc(n * sizeof(*perm));
-    if (!pc.table || !perm) {
+    r->perm = malloc(r->n * sizeof(*r->perm));
+    if (!pc.table || !r->perm) {
         fprintf(stderr, "pathcache: out of memory\n");
         return 1;
     }
-
 #ifndef USE_MALLOC
     if (!use_malloc) {
         pentry_cache = SD_CACHE_OPS(pentry, 0, &pentry_ops);
@@ -468,136 +490,176 @@ int main(int argc, char **argv)
 #endif
     printf("mode=%s\n", use_malloc ? "malloc" : "slabdefrag");
     printf("n=%llu seed=%llu hold_pct=%g prune_pct=%llu entry_size=%zu\n",
-           (unsigned long long)n, (unsigned long long)seed,
-           hold_pct, (unsigned long long)prune_pct,
+           (unsigned long long)r->n, (unsigned long long)r->seed,
+           r->hold_pct, (unsigned long long)r->prune_pct,
            sizeof(struct pentry));
+    return 0;
+}
 
-    /* 1. Populate. */
-    for (uint32_t id = 0; id < n; id++) {
+/* 1. Populate. */
+static int populate(struct run *r)
+{
+    for (uint32_t id = 0; id < r->n; id++) {
         if (pc_insert(id)) {
             fprintf(stderr, "pathcache: allocation failed at %u\n", id);
             return 1;
         }
     }
-    long rss_full = demo_rss_kb();
+    r->rss_full = bu_status_kb("VmRSS");
+    return 0;
+}
 
-    /* 2. Users hold references on a few entries (open files, cwd...). */
-    size_t nheld = (size_t)((double)n * hold_pct / 100.0);
-    uint32_t *held_ids = malloc((nheld + 1) * sizeof(*held_ids));
-    struct pentry **held = malloc((nheld + 1) * sizeof(*held));
-    demo_permutation(perm, n, &rng);
-    for (size_t i = 0; i < nheld; i++) {
-        held_ids[i] = perm[i];
-        held[i] = pc_lookup(perm[i]);
-        if (!held[i]) {
-            fprintf(stderr, "pathcache: entry %u missing\n", perm[i]);
+/* 2. Users hold references on a few entries (open files, cwd...). */
+static int hold_some(struct run *r, bu_sm *rng)
+{
+    r->nheld = (size_t)((double)r->n * r->hold_pct / 100.0);
+    r->held_ids = malloc((r->nheld + 1) * sizeof(*r->held_ids));
+    r->held = malloc((r->nheld + 1) * sizeof(*r->held));
+    bu_permutation(r->perm, r->n, rng);
+    for (size_t i = 0; i < r->nheld; i++) {
+        r->held_ids[i] = r->perm[i];
+        r->held[i] = pc_lookup(r->perm[i]);
+        if (!r->held[i]) {
+            fprintf(stderr, "pathcache: entry %u missing\n", r->perm[i]);
             return 1;
         }
     }
+    return 0;
+}
 
-    /* 3. Random accesses: each lookup makes an entry most recently used,
-     *    so the LRU order becomes a random permutation. */
-    demo_permutation(perm, n, &rng);
-    for (size_t i = 0; i < n; i++) {
-        struct pentry *e = pc_lookup(perm[i]);
+/* 3. Random accesses: each lookup makes an entry most recently used,
+ *    so the LRU order becomes a random permutation. */
+static int access_all(struct run *r, bu_sm *rng)
+{
+    bu_permutation(r->perm, r->n, rng);
+    for (size_t i = 0; i < r->n; i++) {
+        struct pentry *e = pc_lookup(r->perm[i]);
         if (!e) {
-            fprintf(stderr, "pathcache: entry %u missing\n", perm[i]);
+            fprintf(stderr, "pathcache: entry %u missing\n", r->perm[i]);
             return 1;
         }
         pc_put(e);
     }
+    return 0;
+}
 
-    /* 4. Memory pressure: prune from the LRU head. */
-    size_t pruned = pc_prune((size_t)(n * prune_pct / 100));
-    size_t live = pc.nr_entries;
+/* 4. Memory pressure: prune from the LRU head.  5. The shrink: the
+ *    allocator calls back get()/kick() (RSS around it). */
+static void prune_and_shrink(struct run *r)
+{
+    r->pruned = pc_prune((size_t)(r->n * r->prune_pct / 100));
+    r->live = pc.nr_entries;
 
-    long rss_before = demo_rss_kb();
-#ifndef USE_MALLOC
-    struct cache_totals tb, ta;
-    if (!use_malloc)
-        totals(&tb);
-#endif
-    /* 5. The shrink: the allocator calls back get()/kick(). */
-    int shrink_rc = 0;
+    r->rss_before = bu_status_kb("VmRSS");
 #ifndef USE_MALLOC
     if (!use_malloc) {
+        totals(&r->tb);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        shrink_rc = sd_cache_shrink(pentry_cache);
+        r->shrink_rc = sd_cache_shrink(pentry_cache);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         printf("shrink_ms=%.1f\n", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
                                     (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-        totals(&ta);
+        totals(&r->ta);
     }
 #endif
-    long rss_after = demo_rss_kb();
+    r->rss_after = bu_status_kb("VmRSS");
+}
 
-    int bad = pc_verify(held_ids, nheld, held);
-
-    printf("inserted=%llu held=%zu pruned=%zu\n", (unsigned long long)n,
-           nheld, pruned);
-    printf("rss_kb_full=%ld\n", rss_full);
-    printf("live_entries_before_shrink=%zu\n", live);
+/* The figures of the population, the prune and the shrink. */
+static void report(const struct run *r)
+{
+    printf("inserted=%llu held=%zu pruned=%zu\n", (unsigned long long)r->n,
+           r->nheld, r->pruned);
+    printf("rss_kb_full=%ld\n", r->rss_full);
+    printf("live_entries_before_shrink=%zu\n", r->live);
     printf("live_entries=%zu\n", pc.nr_entries);
     /* Every byte the program holds: the entries, the hash table, and the
      * permutation and held arrays, which are live too. */
-    size_t table_bytes = nb * sizeof(*pc.table) + (size_t)n * sizeof(*perm) +
-                         (nheld + 1) * (sizeof(*held_ids) + sizeof(*held));
+    size_t table_bytes = r->nb * sizeof(*pc.table) + (size_t)r->n * sizeof(*r->perm) +
+                         (r->nheld + 1) * (sizeof(*r->held_ids) + sizeof(*r->held));
     printf("entry_bytes=%zu table_bytes=%zu\n",
            pc.nr_entries * sizeof(struct pentry), table_bytes);
     printf("live_bytes=%zu\n", pc.nr_entries * sizeof(struct pentry) + table_bytes);
-    printf("rss_kb_before_shrink=%ld\n", rss_before);
-    printf("rss_kb_after_shrink=%ld\n", rss_after);
+    printf("rss_kb_before_shrink=%ld\n", r->rss_before);
+    printf("rss_kb_after_shrink=%ld\n", r->rss_after);
+}
+
 #ifndef USE_MALLOC
-    if (!use_malloc) {
-        printf("shrink_rc=%d\n", shrink_rc);
-        printf("slabs_before=%zu slabs_after=%zu\n", tb.slabs, ta.slabs);
-        printf("partial_before=%zu partial_after=%zu\n", tb.partial, ta.partial);
-        printf("objects_inuse_after=%zu\n", ta.inuse);
-        printf("vacate_attempts=%lu vacate_successes=%lu objects_kicked=%lu\n",
-               ta.attempts - tb.attempts, ta.successes - tb.successes,
-               ta.kicked - tb.kicked);
-        printf("bytes_released=%zu\n", ta.released - tb.released);
-        printf("get_calls=%lu get_objects=%lu get_nulled=%lu get_aborts=%lu\n",
-               pc.get_calls, pc.get_objects, pc.get_nulled, pc.get_aborts);
-        printf("kick_calls=%lu kick_freed=%lu kick_put=%lu\n",
-               pc.kick_calls, pc.kick_freed, pc.kick_put);
-        /* A vacate running on another thread (the background shrinker)
-         * holds a moved copy or an unfreed victim for a moment: wait for a
-         * quiet instant before comparing. */
-        for (int tries = 0; ta.inuse != pc.nr_entries && tries < 200; tries++) {
-            struct timespec ts = { 0, 5 * 1000 * 1000 };
-            nanosleep(&ts, NULL);
-            /* (never call the allocator with our lock held) */
-            pthread_mutex_lock(&pc.lock);
-            size_t want = pc.nr_entries;
-            pthread_mutex_unlock(&pc.lock);
-            totals(&ta);
-            if (ta.inuse == want)
-                break;
-        }
-        if (ta.inuse != pc.nr_entries) {
-            fprintf(stderr, "pathcache: allocator counts %zu objects in use, "
-                    "the cache holds %zu\n", ta.inuse, pc.nr_entries);
-            bad++;
-        }
-    } else
+/* The shrink's counters, and the allocator's count of entries against the
+ * cache's. */
+static void report_shrink(struct run *r)
+{
+    const struct cache_totals *tb = &r->tb;
+    struct cache_totals *ta = &r->ta;
+    printf("shrink_rc=%d\n", r->shrink_rc);
+    printf("slabs_before=%zu slabs_after=%zu\n", tb->slabs, ta->slabs);
+    printf("partial_before=%zu partial_after=%zu\n", tb->partial, ta->partial);
+    printf("objects_inuse_after=%zu\n", ta->inuse);
+    printf("vacate_attempts=%lu vacate_successes=%lu objects_kicked=%lu\n",
+           ta->attempts - tb->attempts, ta->successes - tb->successes,
+           ta->kicked - tb->kicked);
+    printf("bytes_released=%zu\n", ta->released - tb->released);
+    printf("get_calls=%lu get_objects=%lu get_nulled=%lu get_aborts=%lu\n",
+           pc.get_calls, pc.get_objects, pc.get_nulled, pc.get_aborts);
+    printf("kick_calls=%lu kick_freed=%lu kick_put=%lu\n",
+           pc.kick_calls, pc.kick_freed, pc.kick_put);
+    /* A vacate running on another thread (the background shrinker)
+     * holds a moved copy or an unfreed victim for a moment: wait for a
+     * quiet instant before comparing. */
+    for (int tries = 0; ta->inuse != pc.nr_entries && tries < 200; tries++) {
+        struct timespec ts = { 0, 5 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        /* (never call the allocator with our lock held) */
+        pthread_mutex_lock(&pc.lock);
+        size_t want = pc.nr_entries;
+        pthread_mutex_unlock(&pc.lock);
+        totals(ta);
+        if (ta->inuse == want)
+            break;
+    }
+    if (ta->inuse != pc.nr_entries) {
+        fprintf(stderr, "pathcache: allocator counts %zu objects in use, "
+                "the cache holds %zu\n", ta->inuse, pc.nr_entries);
+        r->bad++;
+    }
+}
+#endif
+
+/* 6. Users let go; the cache keeps what is left. */
+static void release(struct run *r)
+{
+    for (size_t i = 0; i < r->nheld; i++)
+        pc_put(r->held[i]);
+    free(r->held);
+    free(r->held_ids);
+    free(r->perm);
+}
+
+int main(int argc, char **argv)
+{
+    struct run r = { 0 };
+    parse_args(argc, argv, &r);
+    bu_sm rng = { r.seed };
+    if (setup(&r) || populate(&r) || hold_some(&r, &rng) || access_all(&r, &rng))
+        return 1;
+    prune_and_shrink(&r);
+    r.bad = pc_verify(r.held_ids, r.nheld, r.held);
+    report(&r);
+#ifndef USE_MALLOC
+    if (!use_malloc)
+        report_shrink(&r);
+    else
 #endif
         printf("shrink=none\n");
-
-    /* 6. Users let go; the cache keeps what is left. */
-    for (size_t i = 0; i < nheld; i++)
-        pc_put(held[i]);
-    free(held);
-    free(held_ids);
-    free(perm);
-    printf("final_rss_kb=%ld\n", demo_rss_kb());
-    printf("peak_rss_kb=%ld\n", demo_status_kb("VmHWM"));
-    if (shrink_rc < 0) {
-        fprintf(stderr, "pathcache: sd_cache_shrink: %s\n", strerror(-shrink_rc));
-        bad++;
+    release(&r);
+    printf("final_rss_kb=%ld\n", bu_status_kb("VmRSS"));
+    printf("peak_rss_kb=%ld\n", bu_status_kb("VmHWM"));
+    if (r.shrink_rc < 0) {
+        fprintf(stderr, "pathcache: sd_cache_shrink: %s\n", strerror(-r.shrink_rc));
+        r.bad++;
     }
-    printf("verify=%s\n", bad ? "FAILED" : "ok");
+    printf("verify=%s\n", r.bad ? "FAILED" : "ok");
     fflush(stdout);
-    return bad ? 1 : 0;
+    return r.bad ? 1 : 0;
 }

@@ -1,8 +1,11 @@
 /*
  * tests/mesh/mesh_test.c - meshing (SLABDEFRAG_MESH=1) under the shared
- * library: `mesh_test <case>`, exit 0 on success.  Plain C, no Criterion
+ * library: `mesh_test --filter mesh/<case>`, exit 0 on success.  Not
+ * Criterion: the stand-in of tests/harness.h runs the case in this process
  * (a test framework's own SIGSEGV handling would stand between the
- * allocator's barrier and the program).
+ * allocator's barrier and the program).  Figures come from the JSON
+ * statistics (sd_stats_print_json) and the slab geometry from
+ * sd_cache_get_info, never from the text table.
  *
  *   basic     two sets of slabs with disjoint occupancy mesh; every object
  *             keeps its address and contents; usable size, realloc, frees
@@ -56,43 +59,111 @@
 
 #include "slabdefrag.h"
 
-#define OBJ    1000                 /* malloc-1024: 16 objects per 16 KiB slab */
-#define SLAB   16384
-#define PER    16
-#define NSLABS 256
+#define HARNESS_IN_PROCESS 1
+#include "../harness.h"
 
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, \
-    __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
+#define CHECK(c, ...) cr_assert(c, __VA_ARGS__)
 
-struct mesh_fig { unsigned long meshes, unmeshed, aliases, limit, retried; };
+#define OBJ     1000              /* a block of malloc-1024 */
+#define NSLABS  256               /* (meshes expected: NSLABS / 4 at least) */
+#define NBLOCKS (NSLABS * 16)     /* blocks make_sparse allocates */
 
-/* The statistics table as sd_stats_print writes it (malloc'd, NUL-ended). */
-static char *stats_text(void)
+/* ---- figures: the JSON statistics and the API ---- */
+
+/* The statistics as one JSON line (sd_stats_print_json; malloc'd,
+ * NUL-ended). */
+static char *stats_json(void)
 {
     int fd = memfd_create("stats", 0);
-    sd_stats_print(fd);
+    CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
+    CHECK(sd_stats_print_json(fd) == 0, "sd_stats_print_json");
     off_t n = lseek(fd, 0, SEEK_END);
     char *buf = calloc(1, (size_t)n + 1);
-    if (pread(fd, buf, (size_t)n, 0) != n) { /* empty */ }
+    CHECK(buf && pread(fd, buf, (size_t)n, 0) == n, "reading the statistics back");
     close(fd);
     return buf;
 }
 
+/* The JSON object that follows `"key":` in json (NULL if none). */
+static const char *json_object(const char *json, const char *key)
+{
+    char k[80];
+    snprintf(k, sizeof k, "\"%s\":{", key);
+    const char *o = strstr(json, k);
+    return o ? o + strlen(k) - 1 : NULL;
+}
+
+/* The number of member `key` of the object at obj (its first such
+ * member: the per-cache objects' own come before their "counters"). */
+static unsigned long json_num(const char *obj, const char *key)
+{
+    char k[80];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *v = obj ? strstr(obj, k) : NULL;
+    CHECK(v, "no \"%s\" in the JSON statistics", key);
+    return strtoul(v + strlen(k), NULL, 10);
+}
+
+/* The per-cache object of cache `name` (NULL if not listed). */
+static const char *json_cache(const char *json, const char *name)
+{
+    char k[96];
+    snprintf(k, sizeof k, "{\"name\":\"%s\",", name);
+    return strstr(json, k);
+}
+
+struct mesh_fig { unsigned long meshes, unmeshed, aliases, limit, retried; };
+
+/* The "mesh" object of the JSON statistics. */
 static struct mesh_fig mesh_fig(void)
 {
-    struct mesh_fig f = { 0, 0, 0, 0, 0 };
-    char *buf = stats_text();
-    char *m = strstr(buf, "Mesh: ");
-    if (m) {
-        sscanf(m, "Mesh: %lu meshes, %lu unmeshed, %lu aliases", &f.meshes,
-               &f.unmeshed, &f.aliases);
-        f.limit = strstr(m, "map limit reached") != NULL;
-        char *r = strstr(m, " writers waited, ");
-        if (r)
-            sscanf(r, " writers waited, %lu system calls retried", &f.retried);
-    }
-    free(buf);
+    char *json = stats_json();
+    const char *m = json_object(json, "mesh");
+    CHECK(m, "no \"mesh\" object in the JSON statistics");
+    struct mesh_fig f = {
+        .meshes = json_num(m, "meshes"),
+        .unmeshed = json_num(m, "unmeshes"),
+        .aliases = json_num(m, "aliases"),
+        .limit = json_num(m, "map_limit_hits") != 0,
+        .retried = json_num(m, "syscall_retries"),
+    };
+    free(json);
     return f;
+}
+
+/* The geometry of malloc-1024, the class of the OBJ-byte blocks, from the
+ * JSON statistics and sd_cache_get_info:
+ *   stride  bytes from one block to the next
+ *   slab    bytes of the slabs it gets past the first few: the page slabs
+ *           of meshing (SLABDEFRAG_MESH_PAGE_SLABS) if it has them
+ *   window  8 blocks: make_sparse keeps slots 0..2 or 4..6 of each window,
+ *           harden writes into slot 7
+ *   block   the parity unit of make_sparse: two windows, or a slab if larger */
+static struct { size_t stride, slab, window, block; } geo;
+
+static void load_geometry(void)
+{
+    if (geo.stride)
+        return;
+    struct sd_cache_info in;
+    sd_cache *c = sd_cache_find("malloc-1024");
+    CHECK(c && sd_cache_get_info(c, &in) == 0, "no cache malloc-1024");
+    char *json = stats_json();
+    const char *o = json_cache(json, "malloc-1024");
+    CHECK(o, "malloc-1024 is not in the JSON statistics");
+    geo.stride = json_num(o, "stride");
+    geo.slab = json_num(o, "page_slab_size");
+    if (!geo.slab)
+        geo.slab = in.slab_size;
+    free(json);
+    geo.window = 8 * geo.stride;
+    geo.block = geo.slab > 2 * geo.window ? geo.slab : 2 * geo.window;
+    CHECK(geo.stride >= OBJ && (geo.window & (geo.window - 1)) == 0 &&
+          (geo.block & (geo.block - 1)) == 0 && geo.slab % geo.window == 0,
+          "malloc-1024: stride %zu, %zu-byte slabs: not whole windows of 8 blocks, "
+          "make_sparse cannot make slabs of disjoint occupancy", geo.stride, geo.slab);
+    printf("malloc-1024: stride %zu, slabs of %zu bytes; windows of %zu, parity blocks "
+           "of %zu\n", geo.stride, geo.slab, geo.window, geo.block);
 }
 
 static size_t rss_kb(void)
@@ -109,7 +180,7 @@ static size_t rss_kb(void)
 }
 
 /* Objects kept after the sparse free, and their fill value. */
-static char *kept[NSLABS * PER];
+static char *kept[NBLOCKS];
 static unsigned nkept;
 
 static void fill(char *p, unsigned seed)
@@ -126,24 +197,29 @@ static int filled(const char *p, unsigned seed)
     return 1;
 }
 
-/* Allocate NSLABS slabs' worth and keep, in each 8 KiB of a 16 KiB-aligned
- * block, 3 objects at slots that depend on the block's parity (even
- * blocks 0..2, odd ones 4..6 of every 8 KiB): any slab of an even block is
- * disjoint from any slab of an odd one, whether the slabs are 16 KiB or
- * the 8 KiB ones a big class gets (SLABDEFRAG_MESH_PAGE_SLABS).
- * Everything else is freed. */
+/* The slot of address a in its window, and whether its parity block is
+ * an odd one (geo). */
+static unsigned slot_of(uintptr_t a) { return (unsigned)((a & (geo.window - 1)) / geo.stride); }
+static int odd_block(uintptr_t a) { return (a / geo.block) & 1; }
+
+/* Allocate NBLOCKS blocks and keep, in each window of 8 blocks, 3 objects
+ * at slots that depend on the parity of the block of memory they lie in
+ * (even blocks 0..2, odd ones 4..6 of every window): a slab is whole
+ * windows inside one parity block, so any slab of an even block is
+ * disjoint from any slab of an odd one.  Everything else is freed. */
 static void make_sparse(unsigned seed)
 {
-    static char *all[NSLABS * PER];
+    static char *all[NBLOCKS];
     nkept = 0;
-    for (unsigned i = 0; i < NSLABS * PER; i++) {
+    for (unsigned i = 0; i < NBLOCKS; i++) {
         all[i] = malloc(OBJ);
         CHECK(all[i], "malloc");
     }
-    for (unsigned i = 0; i < NSLABS * PER; i++) {
+    load_geometry();                /* (a cache is listed once it has slabs) */
+    for (unsigned i = 0; i < NBLOCKS; i++) {
         uintptr_t a = (uintptr_t)all[i];
-        unsigned slot = (unsigned)((a & 8191) / 1024);
-        unsigned base = (a / SLAB) & 1 ? 4 : 0;
+        unsigned slot = slot_of(a);
+        unsigned base = odd_block(a) ? 4 : 0;
         if (slot >= base && slot < base + 3) {
             kept[nkept++] = all[i];
             fill(all[i], seed);
@@ -177,7 +253,7 @@ static void free_kept(void)
     nkept = 0;
 }
 
-static int t_basic(void)
+Test(mesh, basic, .timeout = 300)
 {
     make_sparse(1);
     size_t before = rss_kb();
@@ -189,14 +265,14 @@ static int t_basic(void)
     CHECK(f.meshes >= NSLABS / 4, "only %lu meshes", f.meshes);
     check_kept(1, "after meshing");
     for (unsigned i = 0; i < nkept; i++)
-        CHECK(malloc_usable_size(kept[i]) == 1024, "usable size %zu",
+        CHECK(malloc_usable_size(kept[i]) == geo.stride, "usable size %zu",
               malloc_usable_size(kept[i]));
     /* Rewrite everything through the (possibly alias) addresses. */
     for (unsigned i = 0; i < nkept; i++)
         fill(kept[i], 2);
     check_kept(2, "after rewriting");
     /* Free every other object, allocate new ones, all stay intact. */
-    static char *fresh[NSLABS * PER];
+    static char *fresh[NBLOCKS];
     unsigned nfresh = 0;
     for (unsigned i = 0; i < nkept; i += 2) {
         free(kept[i]);
@@ -235,7 +311,6 @@ static int t_basic(void)
     sd_shrink_all();
     check_kept(4, "after a second round");
     free_kept();
-    return 0;
 }
 
 /* ---- writer ---- */
@@ -289,7 +364,7 @@ static void start_writers(pthread_t *t)
         pthread_create(&t[i], NULL, writer, (void *)(uintptr_t)i);
 }
 
-static int t_writer(void)
+Test(mesh, writer, .timeout = 300)
 {
     unsigned rounds = 40;
     unsigned long meshes = 0;
@@ -310,12 +385,11 @@ static int t_writer(void)
     meshes = f.meshes;
     printf("writer: %u rounds, %lu meshes, %lu unmeshed\n", rounds, meshes, f.unmeshed);
     CHECK(meshes >= rounds * 8, "too few meshes (%lu)", meshes);
-    return 0;
 }
 
 /* ---- fork ---- */
 
-static int t_fork(void)
+Test(mesh, fork, .timeout = 300)
 {
     struct mesh_fig f = sparse_and_meshed(6);
     int to_child[2], to_parent[2];
@@ -373,10 +447,9 @@ static int t_fork(void)
         pthread_join(t[i], NULL);
     free_kept();
     printf("fork: ok (%lu aliases at the fork)\n", f.aliases);
-    return 0;
 }
 
-static int t_maplimit(void)
+Test(mesh, maplimit, .timeout = 300)
 {
     make_sparse(10);
     sd_shrink_all();
@@ -386,7 +459,6 @@ static int t_maplimit(void)
     CHECK(f.limit, "the cap is not reported");
     check_kept(10, "with the cap");
     free_kept();
-    return 0;
 }
 
 static sigjmp_buf jb;
@@ -397,7 +469,7 @@ static void program_segv(int sig, siginfo_t *si, void *uc)
     siglongjmp(jb, 1);
 }
 
-static int t_handler(void)
+Test(mesh, handler, .timeout = 300)
 {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
@@ -421,34 +493,33 @@ static int t_handler(void)
     CHECK(program_handler_ran == 1, "the program's handler did not run");
     free_kept();
     printf("handler: ok\n");
-    return 0;
 }
 
 /* ---- small: random sparse 48-byte objects (page slabs or not) ---- */
 
-/* Average slab bytes of cache `name` from the statistics table (0 if
- * the cache is not listed): page slabs show as less than 16 KiB. */
+/* Average slab bytes of cache `name` (JSON: space / slabs; 0 if the cache
+ * is not listed): page slabs make it less than the cache's slab size. */
 static size_t avg_slab_bytes(const char *name)
 {
-    char *buf = stats_text();
+    char *json = stats_json();
+    const char *o = json_cache(json, name);
     size_t avg = 0;
-    for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        char nm[64], sp[32];
-        unsigned long objs, osz, slabs;
-        if (sscanf(l, "%63s %lu %lu %31s %lu/", nm, &objs, &osz, sp, &slabs) == 5 &&
-            !strcmp(nm, name) && slabs) {
-            double v = strtod(sp, NULL);
-            char u = sp[strlen(sp) - 1];
-            v *= u == 'K' ? 1024 : u == 'M' ? 1048576 : 1;
-            avg = (size_t)(v / (double)slabs);
-            break;
-        }
-    }
-    free(buf);
+    if (o && json_num(o, "slabs"))
+        avg = json_num(o, "space") / json_num(o, "slabs");
+    free(json);
     return avg;
 }
 
-static int t_small(void)
+/* The slab size of cache `name` (sd_cache_get_info). */
+static size_t slab_size_of(const char *name)
+{
+    struct sd_cache_info in;
+    sd_cache *c = sd_cache_find(name);
+    CHECK(c && sd_cache_get_info(c, &in) == 0, "no cache %s", name);
+    return in.slab_size;
+}
+
+Test(mesh, small, .timeout = 300)
 {
     enum { N = 400000 };
     static uint64_t *v[N];
@@ -472,22 +543,21 @@ static int t_small(void)
         for (unsigned k = 0; v[i] && k < 5; k++)
             CHECK(v[i][k] == (uintptr_t)v[i] * 31 + k, "object %p lost word %u",
                   (void *)v[i], k);
-    size_t avg = avg_slab_bytes("malloc-48");
+    size_t avg = avg_slab_bytes("malloc-48"), slab = slab_size_of("malloc-48");
     const char *ps = getenv("SLABDEFRAG_MESH_PAGE_SLABS");
     printf("small: %lu meshes, %lu aliases, malloc-48 slabs of %zu bytes on average\n",
            f.meshes, f.aliases, avg);
     CHECK(f.meshes > 0, "no mesh among sparse 48-byte slabs");
     /* 1170 slabs' worth: past the page-slab threshold unless it is 0. */
     if (ps && !strcmp(ps, "0"))
-        CHECK(avg == SLAB, "page slabs off, yet malloc-48 averages %zu-byte slabs", avg);
+        CHECK(avg == slab, "page slabs off, yet malloc-48 averages %zu-byte slabs", avg);
     else
-        CHECK(avg > 0 && avg < SLAB / 2, "malloc-48 averages %zu-byte slabs: no page slabs", avg);
+        CHECK(avg > 0 && avg < slab / 2, "malloc-48 averages %zu-byte slabs: no page slabs", avg);
     for (unsigned i = 0; i < N; i++)
         free(v[i]);
     sd_shrink_all();
     f = mesh_fig();
     CHECK(f.aliases == 0, "%lu aliases left after freeing everything", f.aliases);
-    return 0;
 }
 
 /* ---- syscall: the kernel writes into slabs being meshed ---- */
@@ -592,7 +662,7 @@ static void *sys_reader(void *arg)
     return NULL;
 }
 
-static int t_syscall(void)
+Test(mesh, syscall, .timeout = 300)
 {
     int pfd[2], sfd[2];
     CHECK(pipe(pfd) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sfd) == 0, "pipe");
@@ -659,7 +729,6 @@ static int t_syscall(void)
     /* Dozens per run, mostly at the forks (the barrier lasts while the
      * child copies the heap): none means the wrappers were not exercised. */
     CHECK(f.retried > f0.retried, "no system call met the barrier");
-    return 0;
 }
 
 /* ---- kernel: system calls that are not wrapped, under each barrier ---- */
@@ -756,11 +825,12 @@ static void *k_reader(void *arg)
 
 static int barrier_is(const char *name)
 {
-    char *buf = stats_text(), *m = strstr(buf, "Mesh: ");
-    char want[32];
-    snprintf(want, sizeof want, "barrier %s", name);
+    char *json = stats_json();
+    const char *m = json_object(json, "mesh");
+    char want[48];
+    snprintf(want, sizeof want, "\"barrier\":\"%s\"", name);
     int r = m && strstr(m, want);
-    free(buf);
+    free(json);
     return r;
 }
 
@@ -801,7 +871,7 @@ static void kernel_rounds(unsigned rounds)
     }
 }
 
-static int t_kernel(void)
+Test(mesh, kernel, .timeout = 300)
 {
     const char *want = getenv("SLABDEFRAG_MESH_BARRIER");
     int uffd = !want || strcmp(want, "mprotect");
@@ -826,8 +896,7 @@ static int t_kernel(void)
     free_kept();
     if (uffd && !barrier_is("uffd")) {
         if (want && !strcmp(want, "uffd")) {
-            printf("kernel: userfaultfd is not available here: skipped\n");
-            return 77;
+            cr_skip_test("kernel: userfaultfd is not available here: skipped");
         }
         uffd = 0;                           /* auto fell back to mprotect */
     }
@@ -846,10 +915,10 @@ static int t_kernel(void)
     CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
           "the child failed (status %x)", st);
     struct mesh_fig f = mesh_fig();
-    char *stats = stats_text();
-    char *m = strstr(stats, "Mesh: ");
-    printf("kernel: %lu meshes, barrier %s; %.*s", f.meshes - f0.meshes,
-           uffd ? "uffd" : "mprotect", m ? (int)strcspn(m, "\n") + 1 : 0, m ? m : "");
+    char *stats = stats_json();
+    const char *m = json_object(stats, "mesh");
+    printf("kernel: %lu meshes, barrier %s; mesh %.*s\n", f.meshes - f0.meshes,
+           uffd ? "uffd" : "mprotect", m ? (int)(strchr(m, '}') - m + 1) : 0, m ? m : "");
     free(stats);
     for (int op = 0; op < K_OPS; op++)
         printf("  %-10s %8lu calls, %lu EFAULT\n", k_name[op], k_calls[op], k_efault[op]);
@@ -867,7 +936,6 @@ static int t_kernel(void)
     for (int i = 0; i < 3; i++)
         pthread_join(fe[i], NULL);
     unlink(kpath);
-    return 0;
 }
 
 /* Keep every fourth 256-byte object in allocation order, free the rest.
@@ -875,7 +943,7 @@ static int t_kernel(void)
  * none could mesh; the shuffled freelists scatter them.  So: meshes with
  * SLABDEFRAG_MESH_SHUFFLE=1 (the default), next to none with 0 - either
  * way the contents stay. */
-static int t_pattern(void)
+Test(mesh, pattern, .timeout = 300)
 {
     enum { N = 200000 };
     static uint64_t *v[N];
@@ -910,20 +978,19 @@ static int t_pattern(void)
               f.meshes);
     for (unsigned i = 0; i < N; i += 4)
         free(v[i]);
-    return 0;
 }
 
 /* sd_defrag_realloc moves objects of meshed slabs too: after meshing,
  * free all but the first kept object of every 8 KiB, so that each meshed
  * group is at most a quarter full; moving every object then empties the
  * groups, and (nearly) every alias is unmeshed. */
-static int t_hint(void)
+Test(mesh, hint, .timeout = 300)
 {
     struct mesh_fig f = sparse_and_meshed(9);
     unsigned n = 0, hinted = 0;
     for (unsigned i = 0; i < nkept; i++) {
         uintptr_t a = (uintptr_t)kept[i];
-        if ((a & 8191) / 1024 % 4) {
+        if (slot_of(a) % 4) {
             free(kept[i]);
         } else {
             kept[n++] = kept[i];
@@ -950,31 +1017,30 @@ static int t_hint(void)
     CHECK(g.aliases * 10 <= f.aliases, "%lu of %lu aliases left: objects of meshed "
           "slabs were not moved", g.aliases, f.aliases);
     free_kept();
-    return 0;
 }
 
 /* ---- harden: a forged free pointer in a meshed slab ---- */
 
 static char harden_global[64];
 
-/* The free slot 7 (of 8 KiB) of an even block whose slab meshed with an
+/* The free slot 7 (of a window) of an even block whose slab meshed with an
  * odd block's: a word written in one reads back in the other. */
 static char *meshed_free_slot(void)
 {
     for (unsigned i = 0; i < nkept; i++) {
-        uintptr_t e = (uintptr_t)kept[i] & ~(uintptr_t)8191;
-        if ((e / SLAB) & 1)
+        uintptr_t e = (uintptr_t)kept[i] & ~(uintptr_t)(geo.window - 1);
+        if (odd_block(e))
             continue;
         for (unsigned j = 0; j < nkept; j++) {
-            uintptr_t o = (uintptr_t)kept[j] & ~(uintptr_t)8191;
-            if (!((o / SLAB) & 1))
+            uintptr_t o = (uintptr_t)kept[j] & ~(uintptr_t)(geo.window - 1);
+            if (!odd_block(o))
                 continue;
-            volatile uint64_t *we = (uint64_t *)(e + 7 * 1024 + 512);
-            volatile uint64_t *wo = (uint64_t *)(o + 7 * 1024 + 512);
+            volatile uint64_t *we = (uint64_t *)(e + 7 * geo.stride + 512);
+            volatile uint64_t *wo = (uint64_t *)(o + 7 * geo.stride + 512);
             uint64_t mark = 0x4d455348ull ^ ((uint64_t)i << 32) ^ j;
             *we = mark;             /* inside a free object, past its pointer */
             if (*wo == mark)
-                return (char *)e + 7 * 1024;
+                return (char *)e + 7 * geo.stride;
         }
     }
     return NULL;
@@ -984,7 +1050,7 @@ static char *meshed_free_slot(void)
  * forged pointer over a free object's next pointer through one of the
  * two addresses and allocates: it must die of SIGABRT with the
  * heap-corruption line naming the stored word, never returning it. */
-static int t_harden(void)
+Test(mesh, harden, .timeout = 300)
 {
     sparse_and_meshed(3);
     char *victim = meshed_free_slot();
@@ -1022,30 +1088,10 @@ static int t_harden(void)
     CHECK(!strcmp(name, "malloc-1024"), "cache %s", name);
     CHECK((uintptr_t)held == (uintptr_t)harden_global, "held %#llx, forged %p", held,
           (void *)harden_global);
-    CHECK((obj & 8191) == ((uintptr_t)victim & 8191), "object %#llx, victim %p", obj,
+    CHECK((obj & (geo.window - 1)) == ((uintptr_t)victim & (geo.window - 1)),
+          "object %#llx, victim %p", obj,
           (void *)victim);
     printf("harden: forged pointer in meshed slot %p reported as object %#llx\n",
            (void *)victim, obj);
     free_kept();
-    return 0;
-}
-
-int main(int argc, char **argv)
-{
-    const char *t = argc > 1 ? argv[1] : "";
-    setvbuf(stdout, NULL, _IONBF, 0);
-    if (!strcmp(t, "basic")) return t_basic();
-    if (!strcmp(t, "writer")) return t_writer();
-    if (!strcmp(t, "fork")) return t_fork();
-    if (!strcmp(t, "maplimit")) return t_maplimit();
-    if (!strcmp(t, "handler")) return t_handler();
-    if (!strcmp(t, "small")) return t_small();
-    if (!strcmp(t, "pattern")) return t_pattern();
-    if (!strcmp(t, "hint")) return t_hint();
-    if (!strcmp(t, "syscall")) return t_syscall();
-    if (!strcmp(t, "kernel")) return t_kernel();
-    if (!strcmp(t, "harden")) return t_harden();
-    fprintf(stderr, "usage: mesh_test basic|writer|fork|maplimit|handler|small|pattern|"
-            "syscall|kernel|harden\n");
-    return 2;
 }

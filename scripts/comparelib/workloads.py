@@ -1,0 +1,197 @@
+"""scripts/comparelib/workloads.py - the bundled workload suite (bench/,
+the demos, redis, python), its groups and --quick sizes, and whether a
+workload can run here."""
+import os
+import shutil
+
+from .common import ROOT
+
+class Workload:
+    """name; how to run it per allocator; figures to show in the table."""
+
+    def __init__(self, name, desc, argv=None, kind='cmd', params=None,
+                 extra=(), variants=None, env=None, speed=False):
+        self.name, self.desc, self.kind = name, desc, kind
+        self.argv = argv              # list, or dict allocator -> list
+        self.params = params or {}
+        # (metric key, header, higher_is_better, ratio): higher_is_better
+        # None = no '*' mark; ratio = also a column of ratios to BASELINE.
+        self.extra = [tuple(e) + (False,) * (4 - len(e)) for e in extra]
+        # A speed workload reports its own timed phase as `time_s=`; the
+        # geometric-mean summary line is taken over these.
+        self.speed = speed
+        self.variants = variants or {}  # extra row name -> (allocator, argv)
+        self.env = env or {}
+
+    def argv_for(self, alloc):
+        if isinstance(self.argv, dict):
+            return self.argv.get(alloc, self.argv.get('*'))
+        return self.argv
+
+
+def python_binary():
+    # Debian's python3 (a real ELF) rather than a pyenv shim (a shell script).
+    for cand in ('/usr/bin/python3', shutil.which('python3')):
+        if cand and os.path.exists(cand):
+            return os.path.realpath(cand)
+    return None
+
+
+QUICK_SET = ['throughput', 'frag']
+AGE_RUN = 1000          # redis-age: keys that live and die together
+MANYTHREADS_N = [2, 64, 256, 1024]
+# Names --workloads accepts for a set of workloads (see --list).
+# percpu: the standard allocator benchmarks of issue 11, one table each,
+# plus the speed summary line (geometric mean of the time ratios).
+GROUPS = {
+    'percpu': ['larson', 'churn-1', 'churn-n', 'xthread', 'stchurn'] +
+              ['manythreads-%d' % n for n in MANYTHREADS_N],
+    # large: blocks above 32 KiB (issue 12), bench/large.c
+    'large': ['large-touch', 'large-maps', 'large-mixed-1', 'large-mixed-2'],
+}
+
+
+def suite(bench, quick):
+    """All bundled workloads, with --quick sizes if quick.  The caller
+    skips those whose program is missing (check_workload)."""
+    W = []
+    q = quick
+    W.append(Workload(
+        'throughput', 'malloc/free throughput: 1 thread, 2 threads, 1 producer/consumer pair',
+        [os.path.join(bench, 'throughput'), '-t', '2', '-n', '1000000' if q else '5000000'],
+        extra=[('st_ops_per_s', 'st Mops/s', True), ('mt_ops_per_s', 'mt Mops/s', True),
+               ('xt_ops_per_s', 'xt Mops/s', True)]))
+    W.append(Workload(
+        'frag', 'allocate %s MiB of mixed sizes, free a random 90%%, hold %s s '
+        '(non-cooperating)' % (('32', '0.5') if q else ('256', '2')),
+        [os.path.join(bench, 'frag')] + (['-m', '32', '-H', '0.5'] if q else ['-m', '256', '-H', '2']),
+        extra=[('rss_per_live', 'RSS/live', False)]))
+    W.append(Workload(
+        'burst', 'allocate %s blocks of 16..255 B, free a random 90%%, hold %s s; '
+        'steady s = time after the frees until RSS settles (within 5%% of what the '
+        'hold released)' % (('100k', '2') if q else ('1M', '8')),
+        [os.path.join(bench, 'burst')] + (['-n', '100000', '-H', '2'] if q else ['-H', '8']),
+        extra=[('rss_per_live', 'RSS/live', False), ('steady_s', 'steady s', None)]))
+    hd = [os.path.join(bench, 'hintdemo'), '-n', '100000' if q else '1000000']
+    W.append(Workload(
+        'hintdemo', 'hash table of %s records, delete 85%%; under slabdefrag: '
+        'sd_defrag_hint pass + sd_shrink_all (row slabdefrag-nodefrag: '
+        'without them)' % ('100k' if q else '1M'),
+        hd, variants={'slabdefrag-nodefrag': ('slabdefrag', hd + ['--no-defrag'])},
+        extra=[('rss_per_live', 'RSS/live', False), ('moved', 'moved', None),
+               ('shrunk_bytes', 'shrunk B', None)]))
+    for demo in ('pathcache', 'kvstore'):
+        coop = os.path.join(bench, 'demos', demo)
+        plain = os.path.join(bench, 'demos', demo + '-malloc')
+        if not os.path.exists(plain) and os.path.exists(coop):
+            plain_argv = [coop, '--malloc']
+        else:
+            plain_argv = [plain]
+        W.append(Workload(
+            demo, 'cooperating demo bench/demos/%s: its plain-malloc build under every '
+            'allocator%s' % (demo, '; row slabdefrag+coop = its get()/kick() build under '
+                             'slabdefrag' if os.path.exists(coop) else ''),
+            {'*': plain_argv}, kind='demo',
+            variants={'slabdefrag+coop': ('slabdefrag', [coop])} if os.path.exists(coop) else {},
+            extra=[('rss_per_live', 'RSS/live', False)]))
+    # The standard allocator benchmarks (group percpu).  Speed workloads:
+    # time is their own timed phase (time_s), with ratios to jemalloc.
+    ncpu = os.cpu_count() or 1
+    speed_extra = [('time_s', 'time s', False, True), ('ops_per_s', 'Mops/s', True, True)]
+    W.append(Workload(
+        'larson', 'Larson server simulation: %d lineage(s) x %s rounds (a new thread '
+        'each) x %s replacements in %s slots of 16..1024 B; ~43%% of frees are '
+        'of blocks other threads allocated'
+        % ((ncpu,) + (('5', '2000', '1000') if q else ('250', '20000', '10000'))),
+        [os.path.join(bench, 'larson'), '-t', str(ncpu)] +
+        (['-S', '1000', '-r', '5', '-n', '2000'] if q else ['-r', '250', '-n', '20000']),
+        extra=speed_extra + [('remote_free_pct', 'remote %', None)], speed=True))
+    for tag, nt in (('1', 1), ('n', ncpu)):
+        W.append(Workload(
+            'churn-' + tag, 'random malloc/free churn, %s, %s replacements per thread, '
+            'each thread in its own 2,000 blocks of 16..512 B'
+            % ('1 thread' if tag == '1' else '%d threads (one per CPU)' % nt,
+               '200k' if q else '25M'),
+            [os.path.join(bench, 'churn'), '-t', str(nt), '-n', '200000' if q else '25000000'],
+            extra=speed_extra, speed=True))
+    W.append(Workload(
+        'xthread', '%d producer/consumer pair(s): %s blocks of 16..512 B malloc\'d in '
+        'one thread, freed in the other, in batches of 1000'
+        % (max(1, ncpu // 2), '100k' if q else '5M'),
+        [os.path.join(bench, 'xthread'), '-p', str(max(1, ncpu // 2)),
+         '-n', '100000' if q else '5000000'],
+        extra=speed_extra, speed=True))
+    W.append(Workload(
+        'stchurn', 'one thread, %s live blocks of 16..256 B, %s random replacements'
+        % (('10k', '200k') if q else ('100k', '8M')),
+        [os.path.join(bench, 'stchurn')] +
+        (['-w', '10000', '-n', '200000'] if q else ['-w', '100000', '-n', '8000000']),
+        extra=speed_extra, speed=True))
+    # Blocks above 32 KiB (group large, issue 12).
+    lg = os.path.join(bench, 'large')
+    maps_extra = [('maps', 'maps live', None), ('maps_end', 'maps end', None)]
+    W.append(Workload(
+        'large-touch', 'allocate %s blocks of 40..46 KiB, write a byte in each page, '
+        'free them all' % ('20k' if q else '100k'),
+        [lg, 'touch', '-n', '20000' if q else '100000'],
+        extra=[('time_s', 'time s', False, True)] + maps_extra, speed=True))
+    W.append(Workload(
+        'large-maps', '%s live blocks of 40..120 KiB with as many freed between them; '
+        'mappings, then pthread_create, mmap, dlopen' % ('30k' if q else '150k'),
+        [lg, 'maps', '-n', '30000' if q else '150000'],
+        extra=[('time_s', 'time s', False, True), ('maps', 'maps live', False),
+               ('threads_ok', 'threads ok', None), ('dlopen_ok', 'dlopen ok', None)],
+        speed=True))
+    for nt in (1, 2):
+        W.append(Workload(
+            'large-mixed-%d' % nt, '%d thread(s), each 256 slots of 32 KiB..4 MiB '
+            '(log-uniform), %s random steps: a quarter grow by realloc (1.25..2x), '
+            'the rest free and malloc anew; every page written' % (nt, '4k' if q else '40k'),
+            [lg, 'mixed', '-t', str(nt), '-n', '4000' if q else '40000'],
+            extra=[('time_s', 'time s', False, True)] + maps_extra, speed=True))
+    for nt in MANYTHREADS_N:
+        W.append(Workload(
+            'manythreads-%d' % nt, '%d threads each malloc %s blocks of 16..515 B, free those '
+            'whose index is not a multiple of 16, park; RSS while all are parked '
+            '(final = parked)' % (nt, '400' if q else '4000'),
+            [os.path.join(bench, 'manythreads'), '-t', str(nt), '-n', '400' if q else '4000'],
+            extra=[('live_mib', 'live MiB', None), ('rss_per_live', 'RSS/live', False),
+                   ('heap_rss_per_live', '(RSS-base)/live', False)]))
+    keys, wait = (30000, 1) if q else (300000, 10)
+    redis_extra = [('rss_per_used', 'RSS/used_memory', False, True),
+                   ('pss_per_used', 'PSS/used', False, True),
+                   ('mem_fragmentation_ratio', 'frag ratio', False),
+                   ('malloc_reaches', 'malloc reaches lib', None)]
+    W.append(Workload(
+        'redis', 'redis-server: SET %dk keys of 8 B..2 KiB, DEL a random 85%%, wait %d s'
+        % (keys // 1000, wait),
+        kind='redis', params={'keys': keys, 'delete': 0.85, 'wait': wait},
+        extra=redis_extra))
+    W.append(Workload(
+        'redis-age', 'redis-server: SET %dk keys of 8 B..2 KiB, DEL 85%% in runs of %d keys '
+        'set one after another (survivors clustered by age), wait %d s'
+        % (keys // 1000, AGE_RUN, wait),
+        kind='redis', params={'keys': keys, 'delete': 0.85, 'wait': wait, 'pattern': 'age'},
+        extra=redis_extra))
+    W.append(Workload(
+        'python', 'python3 dict/str churn, %s records (PYTHONMALLOC=malloc)'
+        % ('50k' if q else '300k'),
+        [python_binary() or 'python3', os.path.join(ROOT, 'scripts', 'pychurn.py'),
+         '50000' if q else '300000'],
+        env={'PYTHONMALLOC': 'malloc'},
+        extra=[('rss_per_live', 'RSS/live~', False)]))
+    return W
+
+
+def check_workload(w):
+    """None if runnable, else a one-line reason to skip."""
+    if w.kind == 'redis':
+        return None if shutil.which('redis-server') else \
+            'redis-server not installed (apt-get install redis-server)'
+    exe = w.argv_for('*')[0] if isinstance(w.argv, dict) else w.argv[0]
+    if os.sep in exe:
+        if not os.path.exists(exe):
+            return '%s not built' % os.path.relpath(exe, ROOT)
+    elif not shutil.which(exe):
+        return '%s not found in PATH' % exe
+    return None
