@@ -23,6 +23,7 @@
  */
 #include <pthread.h>
 
+#include "sample.h"
 #include "arena.h"
 #include "cache.h"
 #include "large.h"
@@ -32,6 +33,7 @@
 
 static void fork_prepare(void)
 {
+    sample_fork(0);                  /* the profiler's leaf locks, first */
     tcache_lock_reclaim();           /* outermost: no thread's bins half taken */
     pcpu_drain_lock();               /* outermost: no drain in flight */
     sd_mutex_lock(&sd_caches_lock);
@@ -52,6 +54,7 @@ static void fork_parent(void)
     sd_mutex_unlock(&sd_caches_lock);
     pcpu_drain_unlock(0);
     tcache_unlock_reclaim(0);
+    sample_fork(1);
 }
 
 static void fork_child(void)
@@ -66,6 +69,7 @@ static void fork_child(void)
     pcpu_drain_unlock(1);
     tcache_unlock_reclaim(1);
     tcache_after_fork_child();
+    sample_fork(2);
 }
 
 /* Once, without waiting: a thread that finds another one registering goes

@@ -11,6 +11,7 @@
 #include "alloc.h"
 #include "large.h"
 #include "os.h"
+#include "sample.h"
 
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
@@ -37,8 +38,19 @@ static __attribute__((noinline)) void *malloc_large(size_t n, size_t align, int 
     return large_alloc(n, align, zero);
 }
 
+/* An allocation that crossed a sample point (classes/sample.h). */
+static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int how)
+{
+    void *p = n <= SD_MAX_SMALL ? malloc_small(n) : malloc_large(n, 0, 0);
+    sample_taken(p, n, how);
+    return p;
+}
+
 void *sdm_malloc(size_t n)
 {
+    int how = sample_count(n);
+    if (unlikely(how))
+        return malloc_sampled(n, how);
     if (likely(n <= SD_MAX_SMALL))
         return malloc_small(n);
     return malloc_large(n, 0, 0);
@@ -50,9 +62,11 @@ void sdm_free(void *p)
         return;
     struct slab *s = segment_slab_of(p);
     if (likely(s)) {
+        sample_free_slab(s, p);
         cache_free_fast(s, p, "free");
         return;
     }
+    sample_free_large(p);
     free_not_slab(p, "free");
 }
 
@@ -63,13 +77,18 @@ void *sdm_calloc(size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
+    int how = sample_count(total);
+    void *p;
     if (likely(total <= SD_MAX_SMALL)) {
-        void *p = malloc_small(total);
+        p = malloc_small(total);
         if (p)
             memset(p, 0, total);
-        return p;
+    } else {
+        p = malloc_large(total, 0, 1);
     }
-    return malloc_large(total, 0, 1);
+    if (unlikely(how))
+        sample_taken(p, total, how);
+    return p;
 }
 
 /* Usable bytes of p, reporting `call` for a pointer that is not ours. */
@@ -118,8 +137,12 @@ void *sdm_realloc(void *p, size_t n)
             errno = ENOMEM;
             return NULL;
         }
-        if (((uintptr_t)p & (SD_PAGE_SIZE - 1)) == 0)
-            return large_realloc(p, n);
+        if (((uintptr_t)p & (SD_PAGE_SIZE - 1)) == 0) {
+            void *q = large_realloc(p, n);
+            if (q && unlikely(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED)))
+                sd_sample_ops->moved(p, q, n);
+            return q;
+        }
     }
     void *q = sdm_malloc(n);
     if (!q)
@@ -147,13 +170,16 @@ void *sdm_memalign(size_t align, size_t n)
     }
     if (align <= SD_MIN_ALIGN)
         return sdm_malloc(n);
-    if (n <= SD_MAX_SMALL) {
-        int cls = sizeclass_aligned(n < align ? align : n, align);
-        if (cls >= 0)
-            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
-        /* no class of that alignment: a large block */
-    }
-    return malloc_large(n, align, 0);
+    int how = sample_count(n);
+    void *p = NULL;
+    int cls = n <= SD_MAX_SMALL ? sizeclass_aligned(n < align ? align : n, align) : -1;
+    if (cls >= 0)
+        p = cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
+    else                    /* large, or no class of that alignment */
+        p = malloc_large(n, align, 0);
+    if (unlikely(how))
+        sample_taken(p, n, how);
+    return p;
 }
 
 int sdm_posix_memalign(void **out, size_t align, size_t n)

@@ -9,6 +9,8 @@
 #include "fmt.h"
 #include "large.h"
 #include "mesh.h"
+#include "prof.h"
+#include "sample.h"
 #include "sdmalloc.h"
 #include "shrinker.h"
 #include "slabdefrag.h"
@@ -93,13 +95,8 @@ SD_EXPORT void sd_cache_destroy(sd_cache *s)
     }
 }
 
-SD_EXPORT void *sd_cache_alloc(sd_cache *s)
+static inline void *cache_alloc_entry(struct sd_cache *c)
 {
-    struct sd_cache *c = (struct sd_cache *)s;
-    if (unlikely(!c)) {
-        errno = EINVAL;
-        return NULL;
-    }
     char *base = sd_tc.pcpu;
     if (likely(base))
         return pcpu_alloc(c, c->id, base);
@@ -117,6 +114,28 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
     return cache_alloc_fast(c, b);
 }
 
+/* An allocation that crossed a sample point (classes/sample.h). */
+static __attribute__((noinline, cold)) void *cache_alloc_sampled(struct sd_cache *c,
+                                                                 int how)
+{
+    void *p = cache_alloc_entry(c);
+    sample_taken(p, c->object_size, how);
+    return p;
+}
+
+SD_EXPORT void *sd_cache_alloc(sd_cache *s)
+{
+    struct sd_cache *c = (struct sd_cache *)s;
+    if (unlikely(!c)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    int how = sample_count(c->object_size);
+    if (unlikely(how))
+        return cache_alloc_sampled(c, how);
+    return cache_alloc_entry(c);
+}
+
 SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)
 {
     if (unlikely(!obj))
@@ -131,6 +150,7 @@ SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)
                      owner->name, s ? ((struct sd_cache *)s)->name : "(null)");
         report_invalid("sd_cache_free", obj);
     }
+    sample_free_slab(sl, obj);
     cache_free_fast(sl, obj, "sd_cache_free");
 }
 

@@ -25,6 +25,8 @@
 #include "alloc.h"
 #include "cache.h"
 #include "options.h"
+#include "prof.h"
+#include "sample.h"
 #include "slabdefrag.h"
 
 #define SD_EXPORT __attribute__((visibility("default")))
@@ -80,6 +82,8 @@ SD_EXPORT void *sd_defrag_realloc(void *ptr)
         return ptr;
     memcpy(q, ptr, c->size);
     cache_stat_add(c, SD_STAT_DEFRAG_MOVES, 1);
+    if (unlikely(sample_slab_marked(s)))
+        prof_moved(ptr, q, c->object_size);            /* its sample moves with it */
     cache_free_slow(home, ptr, "sd_defrag_realloc");   /* an alias's: to its host */
     return q;
 }

@@ -1,0 +1,124 @@
+/*
+ * classes/sample.h - the allocation path's side of heap profiling: a
+ * per-thread countdown of bytes to the next sample, and the checks that
+ * find sampled objects again at free.  The profiler itself (which objects
+ * are sampled, their backtraces, the reports) is hooks/prof.c; it plugs in
+ * through sd_sample_ops, as hooks reach this layer only through a table.
+ *
+ * Cost when profiling is off: one subtraction from a thread-local counter
+ * and a branch on malloc and sd_cache_alloc (the counter crosses zero once
+ * per SAMPLE_RECHECK bytes, when sample_check re-reads the switch); one
+ * load of sd_sample_slabs (NULL) and a branch on free.
+ *
+ * Sampling (jemalloc's prof, tcmalloc's sampler): sample points form a
+ * Poisson process on the bytes a thread allocates, with mean distance R
+ * (SLABDEFRAG_PROF).  The counter holds the bytes to the next point; an
+ * allocation that makes it negative contains a point and is sampled.  An
+ * allocation of n bytes is therefore sampled with probability
+ * p = 1 - exp(-n/R), and hooks/prof.c gives it the weight 1/p objects,
+ * n/p bytes: the sum of weights over live samples is an unbiased estimate
+ * of the live objects and bytes.
+ */
+#ifndef SD_CLASSES_SAMPLE_H
+#define SD_CLASSES_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lock.h"
+#include "types.h"
+
+#ifndef SD_HIDDEN
+#define SD_HIDDEN __attribute__((visibility("hidden")))
+#endif
+
+/* With profiling off, the counter is re-armed to this many bytes: a
+ * thread notices that profiling was switched on within this much of its
+ * own allocation. */
+#define SAMPLE_RECHECK (1 << 20)
+
+/* What sample_check decided for the allocation that crossed zero. */
+enum sample_how {
+    SAMPLE_NONE = 0,    /* not sampled (counter re-armed) */
+    SAMPLE_TAKE,        /* sample it: call sd_sample_ops->taken after */
+    SAMPLE_KICK,        /* inside a profiled kick(): report it as a
+                           possible new home of a moved sample */
+};
+
+/* The profiler's entry points (hooks/prof.c).  Each is called with no
+ * allocator lock held, from the thread that allocates or frees. */
+struct sample_ops {
+    /* The counter of this thread went below zero during an allocation of
+     * n bytes: re-arm it and say what to do (enum sample_how). */
+    int  (*check)(size_t n);
+    /* p (n bytes asked for) was just allocated and check said how. */
+    void (*taken)(void *p, size_t n, int how);
+    /* p, marked by sample_slab_marked or a large block while samples of
+     * large blocks live, is about to be freed. */
+    void (*freed)(void *p);
+    /* p moved to q (n bytes now): sd_defrag_realloc, realloc of a large
+     * block in place of a free and a malloc. */
+    void (*moved)(void *p, void *q, size_t n);
+    /* Fork: 0 prepare, 1 parent, 2 child (classes/fork.c). */
+    void (*fork)(int phase);
+};
+
+/* Bytes this thread may still allocate before the next sample point
+ * (initial-exec TLS, as sd_tc). */
+extern SD_HIDDEN __thread int64_t sd_sample_left
+    __attribute__((tls_model("initial-exec")));
+/* Set once by the profiler's constructor; NULL before. */
+extern SD_HIDDEN const struct sample_ops *sd_sample_ops;
+/* Counts of live samples per slab descriptor (hashed, SAMPLE_SLAB_BITS),
+ * or NULL until profiling first starts. */
+#define SAMPLE_SLAB_BITS 16
+extern SD_HIDDEN uint16_t *sd_sample_slabs;
+/* Live samples that are large blocks (not in a slab). */
+extern SD_HIDDEN unsigned long sd_sample_large;
+
+/* The slow side of the countdown (classes/sample.c). */
+int sample_check(size_t n) __attribute__((noinline, cold));
+
+/* Count n bytes; non-zero (enum sample_how, after sample_check) for an
+ * allocation that needs the profiler. */
+static inline int sample_count(size_t n)
+{
+    if (likely((sd_sample_left -= (int64_t)n) >= 0))
+        return SAMPLE_NONE;
+    return sample_check(n);
+}
+
+static inline uint32_t sample_slab_hash(const struct slab *s)
+{
+    return (uint32_t)((((uintptr_t)s >> 7) * 0x9e3779b97f4a7c15ull) >>
+                      (64 - SAMPLE_SLAB_BITS));
+}
+
+/* Might an object of slab s be sampled?  (False positives are possible:
+ * the profiler looks the object up.) */
+static inline int sample_slab_marked(const struct slab *s)
+{
+    const uint16_t *m = __atomic_load_n(&sd_sample_slabs, __ATOMIC_RELAXED);
+    return unlikely(m != NULL) &&
+           __atomic_load_n(&m[sample_slab_hash(s)], __ATOMIC_RELAXED) != 0;
+}
+
+/* Free-side hooks for the entry points. */
+static inline void sample_free_slab(const struct slab *s, void *p)
+{
+    if (unlikely(sample_slab_marked(s)))
+        sd_sample_ops->freed(p);
+}
+
+static inline void sample_free_large(void *p)
+{
+    if (unlikely(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED)))
+        sd_sample_ops->freed(p);
+}
+
+/* After an allocation for which sample_count returned how != 0. */
+void sample_taken(void *p, size_t n, int how) __attribute__((noinline, cold));
+/* Fork phases (classes/fork.c). */
+void sample_fork(int phase);
+
+#endif
