@@ -64,8 +64,8 @@ void prof_print_sites(int fd, enum prof_sort sort, unsigned max);
  * pprof), with the process's mappings. */
 void prof_write_heap(int fd);
 /* Folded stacks ("outer;...;leaf bytes" lines): estimated live bytes, or
- * pinned bytes of sparse slabs. */
-void prof_write_folded(int fd, enum prof_sort what);
+ * pinned bytes of sparse slabs.  Returns the lines written. */
+size_t prof_write_folded(int fd, enum prof_sort what);
 /* At exit with SLABDEFRAG_PROF: <prefix>.<pid>.heap and
  * <prefix>.<pid>.pinned.folded (SLABDEFRAG_PROF_PREFIX). */
 void prof_write_final(void);

@@ -293,6 +293,7 @@ struct sites_arg {
     struct wbuf *w;
     enum prof_sort sort;
     unsigned max;
+    size_t lines;               /* folded: lines written */
 };
 
 static void sites_print(struct report *r, void *arg)
@@ -332,7 +333,7 @@ void prof_print_sites(int fd, enum prof_sort sort, unsigned max)
     struct wbuf w = { .fd = fd };
     status_line(&w);
     if (prof_tab) {
-        struct sites_arg a = { &w, sort, max ? max : 20 };
+        struct sites_arg a = { &w, sort, max ? max : 20, 0 };
         with_report(sites_print, &a);
     }
     wflush(&w);
@@ -358,17 +359,18 @@ static void folded_print(struct report *r, void *arg)
                 wputs(a->w, ";");
         }
         wprintf(a->w, " %lu\n", (unsigned long)(v + 0.5));
+        a->lines++;
     }
 }
 
-void prof_write_folded(int fd, enum prof_sort what)
+size_t prof_write_folded(int fd, enum prof_sort what)
 {
     struct wbuf w = { .fd = fd };
-    if (prof_tab) {
-        struct sites_arg a = { &w, what, 0 };
+    struct sites_arg a = { &w, what, 0, 0 };
+    if (prof_tab)
         with_report(folded_print, &a);
-    }
     wflush(&w);
+    return a.lines;
 }
 
 void prof_write_heap(int fd)

@@ -238,7 +238,10 @@ static void do_prof(int fd, char **w, int n)
         prof_write_heap(fd);
     } else if (!strcmp(w[1], "folded") && n == 3 &&
                (!strcmp(w[2], "live") || !strcmp(w[2], "pinned"))) {
-        prof_write_folded(fd, !strcmp(w[2], "live") ? PROF_SORT_LIVE : PROF_SORT_PINNED);
+        int live = !strcmp(w[2], "live");
+        if (!prof_write_folded(fd, live ? PROF_SORT_LIVE : PROF_SORT_PINNED))
+            sd_dprintf(fd, "error: prof folded: no %s bytes sampled (profiling off, "
+                       "or nothing sampled yet)\n", live ? "live" : "pinned");
     } else {
         reply_error(fd, "usage: prof [on [<bytes>] | off | heap | folded live|pinned]");
     }
