@@ -7,7 +7,9 @@
  * static storage, so registering does not allocate.
  *
  * prepare takes every allocator lock in the documented order
- * (classes/cache.c): the reclaim and drain locks, the cache registry, the
+ * (classes/cache.c), after the heap profiler's table locks (leaves that
+ * are never held with an allocator lock: hooks/proftab.h): the reclaim
+ * and drain locks, the cache registry, the
  * thread registry, the segment and large-block leaves (huge blocks, extent
  * arenas, per-CPU stashes of freed extents: core/large.c), every slab
  * lock, every cache list lock.  The
@@ -23,11 +25,11 @@
  */
 #include <pthread.h>
 
-#include "sample.h"
 #include "arena.h"
 #include "cache.h"
 #include "large.h"
 #include "pcpu.h"
+#include "sample.h"
 #include "segment.h"
 #include "tcache.h"
 

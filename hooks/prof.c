@@ -421,12 +421,18 @@ static int prof_check(size_t n)
         return SAMPLE_NONE;
     }
     uint32_t g = __atomic_load_n(&prof_gen, __ATOMIC_RELAXED);
-    int64_t next = draw_interval();
-    sd_sample_left = next;
-    if (pt.gen != g) {                  /* counting from a recheck: arm */
+    if (pt.gen != g) {
+        /* Counting from a recheck (or another interval): start the
+         * process at this allocation's first byte.  Memoryless, so it is
+         * sampled if the first point falls within its n bytes. */
         pt.gen = g;
-        return SAMPLE_NONE;
+        int64_t d = draw_interval();
+        if ((uint64_t)d > n) {
+            sd_sample_left = d - (int64_t)n;
+            return SAMPLE_NONE;
+        }
     }
+    sd_sample_left = draw_interval();
     return SAMPLE_TAKE;
 }
 
@@ -434,7 +440,7 @@ static void kick_note(void *p)
 {
     struct prof_kick *k = pt.kick;
     struct slab *s = segment_slab_of(p);
-    if (!k || !s || __atomic_load_n(&s->cache, __ATOMIC_RELAXED) != k->cache)
+    if (!k || !k->buf || !s || __atomic_load_n(&s->cache, __ATOMIC_RELAXED) != k->cache)
         return;
     struct prof_kick_buf *b = k->buf;
     if (b->n < KICK_MAX) {
@@ -503,7 +509,7 @@ static void prof_freed(void *p)
     if (!sample_take_out((uintptr_t)p, &smp))
         return;
     struct prof_kick *k = pt.kick;
-    if (k) {
+    if (k && k->buf) {
         struct slab *s = segment_slab_of(p);
         void *q = s && s->cache == k->cache ? kick_claim(k, p) : NULL;
         if (q) {
@@ -528,38 +534,41 @@ void prof_moved(void *p, void *q, size_t n)
 int prof_kick_begin(struct prof_kick *k, const struct sd_cache *c,
                     void *const *objs, int n)
 {
-    if (!prof_tab || n <= 0)
+    if (!__atomic_load_n(&prof_tab, __ATOMIC_ACQUIRE) || n <= 0)
         return 0;
+    /* The kick's allocations are moves, not new objects: none of them is
+     * sampled (a moved object keeps its old sample, if it had one). */
+    k->buf = NULL;
     int marked = 0;
     for (int i = 0; i < n && !marked; i++)
         if (objs[i]) {
             struct slab *s = segment_slab_of(objs[i]);
             marked = s && sample_slab_marked(s);
         }
-    if (!marked)
-        return 0;
-    for (int i = 0; i < KICK_BUFS; i++) {
+    for (int i = 0; marked && i < KICK_BUFS; i++) {
         int idle = 0;
         if (__atomic_compare_exchange_n(&kick_bufs[i].busy, &idle, 1, 0,
                                         __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
             k->buf = &kick_bufs[i];
             k->buf->n = 0;
-            k->cache = c;
-            k->prev = pt.kick;
-            k->saved_left = sd_sample_left;
-            pt.kick = k;
-            sd_sample_left = -1;        /* every allocation: prof_check */
-            return 1;
+            break;
         }
     }
-    return 0;                           /* all busy: samples freed in it go */
+    /* (all buffers busy: the samples this kick frees are dropped) */
+    k->cache = c;
+    k->prev = pt.kick;
+    k->saved_left = sd_sample_left;
+    pt.kick = k;
+    sd_sample_left = -1;                /* every allocation: prof_check */
+    return 1;
 }
 
 void prof_kick_end(struct prof_kick *k)
 {
     pt.kick = k->prev;
     sd_sample_left = k->prev ? -1 : k->saved_left;
-    __atomic_store_n(&k->buf->busy, 0, __ATOMIC_RELEASE);
+    if (k->buf)
+        __atomic_store_n(&k->buf->busy, 0, __ATOMIC_RELEASE);
 }
 
 /* ---------------------------------------------------------------- */
@@ -592,6 +601,9 @@ int prof_start(uint64_t interval)
         __atomic_store_n(&prof_interval, interval, __ATOMIC_RELAXED);
     __atomic_fetch_add(&prof_gen, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&prof_on, 1, __ATOMIC_RELEASE);
+    if (!pt.kick)
+        sd_sample_left = 0;             /* this thread: from its next byte;
+                                           others within SAMPLE_RECHECK */
     sd_mutex_unlock(&start_lock);
     return 0;
 }

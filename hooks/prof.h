@@ -36,10 +36,10 @@ void prof_stop(void);
 void prof_moved(void *p, void *q, size_t n);
 
 /* A kick() of cache c on objs[0..n): while it runs, this thread's
- * allocations of c are candidate new homes, and a sampled object it frees
- * hands its sample to the candidate holding the same bytes (else the
- * oldest unclaimed one).  begin returns 0 when there is nothing to track
- * (then end must not be called). */
+ * allocations are moves, never sampled; those of c are candidate new
+ * homes, and a sampled object it frees hands its sample to the candidate
+ * holding the same bytes (else the oldest unclaimed one).  begin returns
+ * 0 when the profiler never ran (then end must not be called). */
 struct prof_kick {
     struct prof_kick_buf *buf;
     const struct sd_cache *cache;
