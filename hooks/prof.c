@@ -368,7 +368,17 @@ static void name_frames(const uintptr_t *f, uint32_t n)
                 continue;
             char buf[160];
             Dl_info di;
-            if (unw_get_proc_name(&cur, buf, sizeof buf, &off) == 0 && buf[0]) {
+            unw_proc_info_t pi;
+            /* unw_get_proc_name names the nearest symbol below pc, which
+             * for a function without one (static in a stripped library)
+             * is some earlier function: keep it only if it starts the
+             * function that the unwind info says holds pc. */
+            int named = unw_get_proc_name(&cur, buf, sizeof buf, &off) == 0 && buf[0];
+            if (named && unw_get_proc_info(&cur, &pi) == 0 && pi.start_ip &&
+                pc - off != pi.start_ip)
+                named = 0;
+            memset(&di, 0, sizeof di);
+            if (named) {
                 name_add(pc, buf);
             } else if (dladdr((void *)pc, &di) && di.dli_sname) {
                 name_add(pc, di.dli_sname);

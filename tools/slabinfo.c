@@ -18,7 +18,8 @@
  *   slabinfo -p PID --heap-profile   gperftools heap profile (google-pprof)
  *   slabinfo -p PID --folded live|pinned   folded stacks
  *   slabinfo -p PID --flamegraph [live|pinned]   an SVG flame graph
- *   slabinfo --flamegraph-from FILE  an SVG flame graph of a folded file
+ *   slabinfo --flamegraph-from FILE [--title T]  an SVG flame graph of a
+ *                                    folded file
  *
  * Exit status: 0 success, 1 error (no such process, not under slabdefrag,
  * refused, error reply), 2 usage, 3 -v found corruption.
@@ -45,6 +46,7 @@
 static const char *prog = "slabinfo";
 static long pid = -1;
 static FILE *reply_sink;        /* where a reply goes (stdout by default) */
+static const char *flame_title; /* --title */
 
 static void usage(FILE *f)
 {
@@ -70,6 +72,7 @@ static void usage(FILE *f)
         "  --flamegraph [live|pinned]  SVG flame graph on stdout (default pinned)\n"
         "  --flamegraph-from FILE      SVG flame graph of a folded file (- : stdin;\n"
         "                no -p needed)\n"
+        "  --title TEXT  the flame graph's title\n"
         "  -h            this help\n", prog);
 }
 
@@ -228,7 +231,7 @@ static int flamegraph(const char *file, const char *what)
         snprintf(title, sizeof title, "%s bytes by call site, process %ld",
                  strcmp(what, "live") ? "Pinned sparse-slab" : "Live", pid);
     }
-    int rc = flamegraph_svg(in, stdout, title, "bytes") ? 1 : 0;
+    int rc = flamegraph_svg(in, stdout, flame_title ? flame_title : title, "bytes") ? 1 : 0;
     if (in != stdin)
         fclose(in);
     free(text);
@@ -304,6 +307,8 @@ int main(int argc, char **argv)
                 flame = argv[++i];
         } else if (!strcmp(a, "--flamegraph-from") && i + 1 < argc) {
             flame_file = argv[++i];
+        } else if (!strcmp(a, "--title") && i + 1 < argc) {
+            flame_title = argv[++i];
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
