@@ -38,19 +38,37 @@ static __attribute__((noinline)) void *malloc_large(size_t n, size_t align, int 
     return large_alloc(n, align, zero);
 }
 
-/* An allocation that crossed a sample point (classes/sample.h). */
-static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int how)
+/* Allocations that crossed a sample point (classes/sample.h). */
+static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int zero)
 {
-    void *p = n <= SD_MAX_SMALL ? malloc_small(n) : malloc_large(n, 0, 0);
-    sample_taken(p, n, how);
+    int how = sample_check(n);
+    void *p;
+    if (n <= SD_MAX_SMALL) {
+        p = malloc_small(n);
+        if (p && zero)
+            memset(p, 0, n);
+    } else {
+        p = malloc_large(n, 0, zero);
+    }
+    if (how)
+        sample_taken(p, n, how);
     return p;
+}
+
+/* Frees of objects that may be sampled: the sample goes first. */
+static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p)
+{
+    sample_freed(p);
+    if (s)
+        cache_free_fast(s, p, "free");
+    else
+        free_not_slab(p, "free");
 }
 
 void *sdm_malloc(size_t n)
 {
-    int how = sample_count(n);
-    if (unlikely(how))
-        return malloc_sampled(n, how);
+    if (unlikely(sample_due(n)))
+        return malloc_sampled(n, 0);
     if (likely(n <= SD_MAX_SMALL))
         return malloc_small(n);
     return malloc_large(n, 0, 0);
@@ -62,11 +80,13 @@ void sdm_free(void *p)
         return;
     struct slab *s = segment_slab_of(p);
     if (likely(s)) {
-        sample_free_slab(s, p);
+        if (unlikely(sample_slab_marked(s)))
+            return free_sampled(s, p);
         cache_free_fast(s, p, "free");
         return;
     }
-    sample_free_large(p);
+    if (unlikely(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED)))
+        return free_sampled(NULL, p);
     free_not_slab(p, "free");
 }
 
@@ -77,18 +97,15 @@ void *sdm_calloc(size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    int how = sample_count(total);
-    void *p;
+    if (unlikely(sample_due(total)))
+        return malloc_sampled(total, 1);
     if (likely(total <= SD_MAX_SMALL)) {
-        p = malloc_small(total);
+        void *p = malloc_small(total);
         if (p)
             memset(p, 0, total);
-    } else {
-        p = malloc_large(total, 0, 1);
+        return p;
     }
-    if (unlikely(how))
-        sample_taken(p, total, how);
-    return p;
+    return malloc_large(total, 0, 1);
 }
 
 /* Usable bytes of p, reporting `call` for a pointer that is not ours. */
@@ -170,7 +187,7 @@ void *sdm_memalign(size_t align, size_t n)
     }
     if (align <= SD_MIN_ALIGN)
         return sdm_malloc(n);
-    int how = sample_count(n);
+    int how = sample_due(n) ? sample_check(n) : SAMPLE_NONE;
     void *p = NULL;
     int cls = n <= SD_MAX_SMALL ? sizeclass_aligned(n < align ? align : n, align) : -1;
     if (cls >= 0)

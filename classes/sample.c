@@ -4,7 +4,6 @@
  */
 #include "sample.h"
 
-SD_HIDDEN __thread int64_t sd_sample_left __attribute__((tls_model("initial-exec")));
 SD_HIDDEN const struct sample_ops *sd_sample_ops;
 SD_HIDDEN uint16_t *sd_sample_slabs;
 SD_HIDDEN unsigned long sd_sample_large;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "lock.h"
+#include "tcache.h"
 #include "types.h"
 
 #ifndef SD_HIDDEN
@@ -63,10 +64,9 @@ struct sample_ops {
     void (*fork)(int phase);
 };
 
-/* Bytes this thread may still allocate before the next sample point
- * (initial-exec TLS, as sd_tc). */
-extern SD_HIDDEN __thread int64_t sd_sample_left
-    __attribute__((tls_model("initial-exec")));
+/* Bytes this thread may still allocate before the next sample point (in
+ * the thread's cache, classes/tcache.h). */
+#define sd_sample_left (sd_tc.sample_left)
 /* Set once by the profiler's constructor; NULL before. */
 extern SD_HIDDEN const struct sample_ops *sd_sample_ops;
 /* Counts of live samples per slab descriptor (hashed, SAMPLE_SLAB_BITS),
@@ -79,13 +79,13 @@ extern SD_HIDDEN unsigned long sd_sample_large;
 /* The slow side of the countdown (classes/sample.c). */
 int sample_check(size_t n) __attribute__((noinline, cold));
 
-/* Count n bytes; non-zero (enum sample_how, after sample_check) for an
- * allocation that needs the profiler. */
-static inline int sample_count(size_t n)
+/* Count n bytes; true if the countdown crossed zero: then the caller
+ * takes its slow path, which calls sample_check(n).  (Entry points keep
+ * the slow side in a separate noinline function reached by a tail call,
+ * so that their fast paths stay leaf functions without a frame.) */
+static inline int sample_due(size_t n)
 {
-    if (likely((sd_sample_left -= (int64_t)n) >= 0))
-        return SAMPLE_NONE;
-    return sample_check(n);
+    return unlikely((sd_sample_left -= (int64_t)n) < 0);
 }
 
 static inline uint32_t sample_slab_hash(const struct slab *s)
@@ -103,20 +103,14 @@ static inline int sample_slab_marked(const struct slab *s)
            __atomic_load_n(&m[sample_slab_hash(s)], __ATOMIC_RELAXED) != 0;
 }
 
-/* Free-side hooks for the entry points. */
-static inline void sample_free_slab(const struct slab *s, void *p)
+/* At free of p, marked by sample_slab_marked (or a large block while
+ * sd_sample_large is not 0): the profiler drops or moves its sample. */
+static inline void sample_freed(void *p)
 {
-    if (unlikely(sample_slab_marked(s)))
-        sd_sample_ops->freed(p);
+    sd_sample_ops->freed(p);
 }
 
-static inline void sample_free_large(void *p)
-{
-    if (unlikely(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED)))
-        sd_sample_ops->freed(p);
-}
-
-/* After an allocation for which sample_count returned how != 0. */
+/* After an allocation for which sample_check returned how != 0. */
 void sample_taken(void *p, size_t n, int how) __attribute__((noinline, cold));
 /* Fork phases (classes/fork.c). */
 void sample_fork(int phase);

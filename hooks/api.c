@@ -115,12 +115,20 @@ static inline void *cache_alloc_entry(struct sd_cache *c)
 }
 
 /* An allocation that crossed a sample point (classes/sample.h). */
-static __attribute__((noinline, cold)) void *cache_alloc_sampled(struct sd_cache *c,
-                                                                 int how)
+static __attribute__((noinline, cold)) void *cache_alloc_sampled(struct sd_cache *c)
 {
+    int how = sample_check(c->object_size);
     void *p = cache_alloc_entry(c);
-    sample_taken(p, c->object_size, how);
+    if (how)
+        sample_taken(p, c->object_size, how);
     return p;
+}
+
+/* A free of an object that may be sampled: the sample goes first. */
+static __attribute__((noinline, cold)) void cache_free_sampled(struct slab *sl, void *obj)
+{
+    sample_freed(obj);
+    cache_free_fast(sl, obj, "sd_cache_free");
 }
 
 SD_EXPORT void *sd_cache_alloc(sd_cache *s)
@@ -130,9 +138,8 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
         errno = EINVAL;
         return NULL;
     }
-    int how = sample_count(c->object_size);
-    if (unlikely(how))
-        return cache_alloc_sampled(c, how);
+    if (unlikely(sample_due(c->object_size)))
+        return cache_alloc_sampled(c);
     return cache_alloc_entry(c);
 }
 
@@ -150,7 +157,8 @@ SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)
                      owner->name, s ? ((struct sd_cache *)s)->name : "(null)");
         report_invalid("sd_cache_free", obj);
     }
-    sample_free_slab(sl, obj);
+    if (unlikely(sample_slab_marked(sl)))
+        return cache_free_sampled(sl, obj);
     cache_free_fast(sl, obj, "sd_cache_free");
 }
 
