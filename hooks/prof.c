@@ -426,8 +426,13 @@ static int prof_check(size_t n)
         sd_sample_left = -1;
         return SAMPLE_KICK;
     }
-    if (pt.in_prof || !__atomic_load_n(&prof_on, __ATOMIC_ACQUIRE)) {
+    if (!__atomic_load_n(&prof_on, __ATOMIC_ACQUIRE)) {
         sd_sample_left = SAMPLE_RECHECK;
+        return SAMPLE_NONE;
+    }
+    if (pt.in_prof) {                   /* libunwind's own malloc: skip the
+                                           point, keep the process going */
+        sd_sample_left = draw_interval();
         return SAMPLE_NONE;
     }
     uint32_t g = __atomic_load_n(&prof_gen, __ATOMIC_RELAXED);

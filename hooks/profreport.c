@@ -15,8 +15,8 @@
  * count on their host.  The report also says how many sparse slabs there
  * were and how many had no sampled object (the estimate's coverage).
  *
- * Reports run one at a time (report_lock) on the control thread or at
- * exit; they hold one shard lock at a time, and walk the slabs with none.
+ * Reports run on the control thread, at exit, or from a test; each holds
+ * one shard lock at a time, and walks the slabs with none of them.
  */
 #define _GNU_SOURCE
 #include "prof.h"
@@ -29,59 +29,12 @@
 #include "cache.h"
 #include "fmt.h"
 #include "options.h"
+#include "out.h"
 #include "os.h"
 #include "proftab.h"
 #include "sample.h"
 #include "segment.h"
 #include "slab.h"
-
-static sd_mutex report_lock = SD_MUTEX_INIT;
-
-/* ---------------------------------------------------------------- */
-/* A buffered writer (no stdio, no malloc)                           */
-
-struct wbuf {
-    int    fd;
-    int    failed;
-    size_t n;
-    char   buf[8192];
-};
-
-static void wflush(struct wbuf *w)
-{
-    size_t off = 0;
-    while (off < w->n && !w->failed) {
-        ssize_t r = write(w->fd, w->buf + off, w->n - off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            w->failed = 1;
-        else
-            off += (size_t)r;
-    }
-    w->n = 0;
-}
-
-static void wputs(struct wbuf *w, const char *s)
-{
-    for (; *s; s++) {
-        if (w->n == sizeof w->buf)
-            wflush(w);
-        w->buf[w->n++] = *s;
-    }
-}
-
-static void wprintf(struct wbuf *w, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void wprintf(struct wbuf *w, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    sd_vfmt(line, sizeof line, fmt, ap);
-    va_end(ap);
-    wputs(w, line);
-}
 
 /* "12.3 MiB" style, into buf. */
 static const char *human(char *buf, size_t size, double v)
@@ -226,18 +179,17 @@ static void sort_sites(struct report *r, enum prof_sort sort)
         }
 }
 
-/* Run fn with a fresh estimate (one report at a time). */
+/* Run fn with a fresh estimate, in a scratch mapping of its own (reports
+ * may run at once: each takes the shard locks one at a time). */
 static void with_report(void (*fn)(struct report *r, void *arg), void *arg)
 {
     void *m;
     size_t size = (sizeof(struct report) + 4095) & ~(size_t)4095;
-    sd_mutex_lock(&report_lock);
     if (os_map_sparse(size, &m) == 0) {
         estimate(m);
         fn(m, arg);
         os_unmap(m, size);
     }
-    sd_mutex_unlock(&report_lock);
 }
 
 /* ---------------------------------------------------------------- */
@@ -255,23 +207,23 @@ static const char *cache_name(uint32_t id)
     return c ? c->name : "?";
 }
 
-static void put_frame(struct wbuf *w, uintptr_t ip)
+static void put_frame(struct out *w, uintptr_t ip)
 {
     const char *n = prof_name_of(ip);
     if (*n == '?')
-        wprintf(w, "0x%lx", (unsigned long)ip);
+        out_fmt(w, "0x%lx", (unsigned long)ip);
     else
-        wputs(w, n);
+        out_str(w, n);
 }
 
-static void status_line(struct wbuf *w)
+static void status_line(struct out *w)
 {
     unsigned long live = 0;
     struct prof_tables *t = prof_tab;
     if (t)
         for (int i = 0; i < PROF_SHARDS; i++)
             live += __atomic_load_n(&t->shard[i].used, __ATOMIC_RELAXED);
-    wprintf(w, "profiling %s, mean interval %lu bytes; %lu live samples of at most "
+    out_fmt(w, "profiling %s, mean interval %lu bytes; %lu live samples of at most "
             "%lu, %lu dropped (table full), %u of %u stacks%s\n",
             __atomic_load_n(&prof_on, __ATOMIC_RELAXED) ? "on" : "off",
             (unsigned long)prof_interval, live,
@@ -284,13 +236,13 @@ static void status_line(struct wbuf *w)
 
 void prof_print_status(int fd)
 {
-    struct wbuf w = { .fd = fd };
+    struct out w = { .fd = fd };
     status_line(&w);
-    wflush(&w);
+    out_flush(&w);
 }
 
 struct sites_arg {
-    struct wbuf *w;
+    struct out *w;
     enum prof_sort sort;
     unsigned max;
     size_t lines;               /* folded: lines written */
@@ -299,44 +251,44 @@ struct sites_arg {
 static void sites_print(struct report *r, void *arg)
 {
     struct sites_arg *a = arg;
-    struct wbuf *w = a->w;
+    struct out *w = a->w;
     char b1[32], b2[32], b3[32];
     sort_sites(r, a->sort);
-    wprintf(w, "sparse slabs (at most 1/4 full): %lu of %lu slabs, %s; %lu without "
+    out_fmt(w, "sparse slabs (at most 1/4 full): %lu of %lu slabs, %s; %lu without "
             "a sampled object\n", r->sparse_slabs, r->slabs,
             human(b1, sizeof b1, r->sparse_bytes), r->sparse_unsampled);
-    wprintf(w, "estimated live %s in %u sites; pinned by them %s\n",
+    out_fmt(w, "estimated live %s in %u sites; pinned by them %s\n",
             human(b2, sizeof b2, r->live_bytes), r->nsites,
             human(b3, sizeof b3, r->pinned));
-    wprintf(w, "%12s %12s %12s  %-18s %s\n", "live_bytes", "live_objs",
+    out_fmt(w, "%12s %12s %12s  %-18s %s\n", "live_bytes", "live_objs",
             "pinned_bytes", "cache", "site (innermost first)");
     for (uint32_t i = 0; i < r->nsites && i < a->max; i++) {
         uint32_t id = r->order[i];
         const struct site_est *e = &r->site[id];
         const struct prof_stack *st = &prof_tab->stack[id];
-        wprintf(w, "%12lu %12lu %12lu  %-18s ", (unsigned long)(e->live_bytes + 0.5),
+        out_fmt(w, "%12lu %12lu %12lu  %-18s ", (unsigned long)(e->live_bytes + 0.5),
                 (unsigned long)(e->live_objs + 0.5), (unsigned long)(e->pinned + 0.5),
                 cache_name(st->cache));
         if (id == 0)
-            wputs(w, "(other stacks: stack table full)");
+            out_str(w, "(other stacks: stack table full)");
         for (uint32_t f = 0; f < st->nframes && f < 6; f++) {
             if (f)
-                wputs(w, " < ");
+                out_str(w, " < ");
             put_frame(w, st->frame[f]);
         }
-        wputs(w, "\n");
+        out_str(w, "\n");
     }
 }
 
 void prof_print_sites(int fd, enum prof_sort sort, unsigned max)
 {
-    struct wbuf w = { .fd = fd };
+    struct out w = { .fd = fd };
     status_line(&w);
     if (prof_tab) {
         struct sites_arg a = { &w, sort, max ? max : 20, 0 };
         with_report(sites_print, &a);
     }
-    wflush(&w);
+    out_flush(&w);
 }
 
 /* ---------------------------------------------------------------- */
@@ -352,30 +304,30 @@ static void folded_print(struct report *r, void *arg)
             continue;
         const struct prof_stack *st = &prof_tab->stack[id];
         if (id == 0)
-            wputs(a->w, "(other stacks)");
+            out_str(a->w, "(other stacks)");
         for (uint32_t f = st->nframes; f-- > 0;) {
             put_frame(a->w, st->frame[f]);
             if (f)
-                wputs(a->w, ";");
+                out_str(a->w, ";");
         }
-        wprintf(a->w, " %lu\n", (unsigned long)(v + 0.5));
+        out_fmt(a->w, " %lu\n", (unsigned long)(v + 0.5));
         a->lines++;
     }
 }
 
 size_t prof_write_folded(int fd, enum prof_sort what)
 {
-    struct wbuf w = { .fd = fd };
+    struct out w = { .fd = fd };
     struct sites_arg a = { &w, what, 0, 0 };
     if (prof_tab)
         with_report(folded_print, &a);
-    wflush(&w);
+    out_flush(&w);
     return a.lines;
 }
 
 void prof_write_heap(int fd)
 {
-    struct wbuf w = { .fd = fd };
+    struct out w = { .fd = fd };
     struct prof_tables *t = prof_tab;
     uint64_t ln = 0, lb = 0, an = 0, ab = 0;
     if (t)
@@ -390,7 +342,7 @@ void prof_write_heap(int fd)
         }
     /* gperftools' HeapProfileTable: raw sampled counts; the reader
      * unsamples them with the interval after heap_v2/. */
-    wprintf(&w, "heap profile: %6lu: %8lu [%6lu: %8lu] @ heap_v2/%lu\n",
+    out_fmt(&w, "heap profile: %6lu: %8lu [%6lu: %8lu] @ heap_v2/%lu\n",
             (unsigned long)ln, (unsigned long)lb, (unsigned long)an,
             (unsigned long)ab, (unsigned long)prof_interval);
     if (t)
@@ -399,21 +351,21 @@ void prof_write_heap(int fd)
             if (!__atomic_load_n(&st->hash, __ATOMIC_ACQUIRE) || !st->nframes ||
                 !st->alloc_n)
                 continue;
-            wprintf(&w, "%6lu: %8lu [%6lu: %8lu] @",
+            out_fmt(&w, "%6lu: %8lu [%6lu: %8lu] @",
                     (unsigned long)st->live_n, (unsigned long)st->live_bytes,
                     (unsigned long)st->alloc_n, (unsigned long)st->alloc_bytes);
             for (uint32_t f = 0; f < st->nframes; f++)
-                wprintf(&w, " 0x%016lx", (unsigned long)st->frame[f]);
-            wputs(&w, "\n");
+                out_fmt(&w, " 0x%016lx", (unsigned long)st->frame[f]);
+            out_str(&w, "\n");
         }
-    wputs(&w, "\nMAPPED_LIBRARIES:\n");
-    wflush(&w);
+    out_str(&w, "\nMAPPED_LIBRARIES:\n");
+    out_flush(&w);
     int mfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (mfd >= 0) {
         ssize_t r;
-        while ((r = read(mfd, w.buf, sizeof w.buf)) > 0) {
+        while (!w.err && (r = read(mfd, w.buf, sizeof w.buf)) > 0) {
             w.n = (size_t)r;
-            wflush(&w);
+            out_flush(&w);
         }
         close(mfd);
     }

@@ -4,11 +4,14 @@
  * in one anonymous mapping made when profiling first starts; nothing here
  * calls malloc.
  *
- * Locks (leaves: nothing else is taken while one is held, and none is
- * taken with an allocator lock held; fork takes them all first):
+ * Locks, in the order fork's prepare takes them, before any allocator
+ * lock (none of them is ever taken with an allocator lock held, and no
+ * allocator lock is taken with one of them held):
+ *   start_lock      mapping the tables, switching on (hooks/prof.c)
  *   shard[i].lock   the samples whose address hashes to shard i
  *   stacks_lock     inserting into the stack table (entries never leave)
  *   names_lock      inserting into the name table
+ * The last three are leaves: nothing is taken while one is held.
  * A stack's counters are atomics, updated under the lock of the sample's
  * shard.
  *
