@@ -58,11 +58,13 @@ static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int zero)
 /* Frees of objects that may be sampled: the sample goes first. */
 static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p)
 {
-    sample_freed(p);
-    if (s)
+    if (s) {
+        sample_freed(p);
         cache_free_fast(s, p, "free");
-    else
+    } else {
+        sample_freed(p);
         free_not_slab(p, "free");
+    }
 }
 
 void *sdm_malloc(size_t n)
@@ -80,7 +82,7 @@ void sdm_free(void *p)
         return;
     struct slab *s = segment_slab_of(p);
     if (likely(s)) {
-        if (unlikely(sample_slab_marked(s)))
+        if (unlikely(sample_marked(s, p)))
             return free_sampled(s, p);
         cache_free_fast(s, p, "free");
         return;

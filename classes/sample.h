@@ -7,8 +7,11 @@
  *
  * Cost when profiling is off: one subtraction from a thread-local counter
  * and a branch on malloc and sd_cache_alloc (the counter crosses zero once
- * per SAMPLE_RECHECK bytes, when sample_check re-reads the switch); one
- * load of sd_sample_slabs (NULL) and a branch on free.
+ * per SAMPLE_RECHECK bytes, when sample_check re-reads the switch); on
+ * free, a load from the segment header line free has just read, and a
+ * branch.  With profiling on, the same, but in segments that hold sampled
+ * objects, where free also checks a count per slab (hashed) and looks the
+ * object up when that is not 0.
  *
  * Sampling (jemalloc's prof, tcmalloc's sampler): sample points form a
  * Poisson process on the bytes a thread allocates, with mean distance R
@@ -26,6 +29,7 @@
 #include <stdint.h>
 
 #include "lock.h"
+#include "segment.h"
 #include "tcache.h"
 #include "types.h"
 
@@ -94,16 +98,20 @@ static inline uint32_t sample_slab_hash(const struct slab *s)
                       (64 - SAMPLE_SLAB_BITS));
 }
 
-/* Might an object of slab s be sampled?  (False positives are possible:
- * the profiler looks the object up.) */
-static inline int sample_slab_marked(const struct slab *s)
+/* Might object p of slab s be sampled?  On the free fast path: first a
+ * count in p's segment header, whose line that path has just read (0
+ * whenever profiling never ran), then the slab's own count (hashed, so
+ * false positives are possible: the profiler looks p up). */
+static inline int sample_marked(const struct slab *s, const void *p)
 {
+    const struct segment *g = segment_at((uintptr_t)p & ~(SD_SEGMENT_SIZE - 1));
+    if (likely(!__atomic_load_n(&g->sampled, __ATOMIC_RELAXED)))
+        return 0;
     const uint16_t *m = __atomic_load_n(&sd_sample_slabs, __ATOMIC_RELAXED);
-    return unlikely(m != NULL) &&
-           __atomic_load_n(&m[sample_slab_hash(s)], __ATOMIC_RELAXED) != 0;
+    return m && __atomic_load_n(&m[sample_slab_hash(s)], __ATOMIC_RELAXED) != 0;
 }
 
-/* At free of p, marked by sample_slab_marked (or a large block while
+/* At free of p, marked by sample_marked (or a large block while
  * sd_sample_large is not 0): the profiler drops or moves its sample. */
 static inline void sample_freed(void *p)
 {

@@ -157,7 +157,7 @@ SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)
                      owner->name, s ? ((struct sd_cache *)s)->name : "(null)");
         report_invalid("sd_cache_free", obj);
     }
-    if (unlikely(sample_slab_marked(sl)))
+    if (unlikely(sample_marked(sl, obj)))
         return cache_free_sampled(sl, obj);
     cache_free_fast(sl, obj, "sd_cache_free");
 }

@@ -193,15 +193,25 @@ static void slot_remove_locked(struct prof_shard *sh, uint32_t i)
     sh->used--;
 }
 
-/* Count a live sample of object p on its slab (or as a large block). */
+/* Count a live sample of object p in its segment and slab (or as a large
+ * block).  The segment's count saturates: at 0xffff it stays, and frees
+ * in that segment always check the slab's count. */
 static void mark(uintptr_t p, int d)
 {
     struct slab *s = segment_slab_of((void *)p);
-    if (s)
-        __atomic_fetch_add(&prof_tab->slabs[sample_slab_hash(s)], (uint16_t)d,
-                           __ATOMIC_RELAXED);
-    else
+    if (!s) {
         __atomic_fetch_add(&sd_sample_large, (unsigned long)(long)d, __ATOMIC_RELAXED);
+        return;
+    }
+    __atomic_fetch_add(&prof_tab->slabs[sample_slab_hash(s)], (uint16_t)d,
+                       __ATOMIC_RELAXED);
+    struct segment *g = segment_at(p & ~(SD_SEGMENT_SIZE - 1));
+    uint16_t v = __atomic_load_n(&g->sampled, __ATOMIC_RELAXED);
+    while (v != 0xffff && !__atomic_compare_exchange_n(&g->sampled, &v,
+                                                       (uint16_t)(v + d), 0,
+                                                       __ATOMIC_RELAXED,
+                                                       __ATOMIC_RELAXED))
+        ;
 }
 
 static void stack_count(uint32_t id, uint64_t size, int d)
@@ -558,7 +568,7 @@ int prof_kick_begin(struct prof_kick *k, const struct sd_cache *c,
     for (int i = 0; i < n && !marked; i++)
         if (objs[i]) {
             struct slab *s = segment_slab_of(objs[i]);
-            marked = s && sample_slab_marked(s);
+            marked = s && sample_marked(s, objs[i]);
         }
     for (int i = 0; marked && i < KICK_BUFS; i++) {
         int idle = 0;
