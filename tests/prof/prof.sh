@@ -7,6 +7,8 @@
 #     samples, a standard error of 6.4%, so 20% is over 3 standard errors);
 #   - google-pprof --text reads the heap profile (run time and at exit) and
 #     lists the same top function; the folded stacks draw as an SVG;
+#   - meshing (no address changes): the samples stay, and frees through
+#     alias addresses drop them;
 #   - a kick() that moves every object: the samples follow (same count,
 #     same estimate) and the pinned bytes fall to under 5%;
 #   - switching at run time, and bad requests answered in one line.
@@ -18,7 +20,7 @@ tmp=$(mktemp -d)
 pids=
 cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null || true; done
-    exec 7>&- 8>&- 2>/dev/null || true
+    exec 7>&- 8>&- 9>&- 2>/dev/null || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -35,6 +37,8 @@ wait_for() {
         sleep 0.1
     done
 }
+# live samples on a status line
+samples() { sed -n 's/.*; \([0-9]*\) live samples.*/\1/p' "$1"; }
 # row N (1 = first) of a --sites/--pinned table: "live objs pinned cache site..."
 row() { awk -v n="$2" '/^ *[0-9]+ +[0-9]+ +[0-9]+  /{ if (++k == n) { print; exit } }' "$1"; }
 
@@ -115,6 +119,33 @@ top=$(google-pprof --text "$twosites" "$tmp/final.$pid.heap" 2>/dev/null | awk '
     fail "--flamegraph-from"
 grep -q '>scattered_site' "$tmp/final.svg" || fail "the exit flame graph lacks scattered_site"
 
+# ---- meshing: addresses stay, samples stay, frees through aliases --------
+mkfifo "$tmp/in3"
+SLABDEFRAG_PROF=1 SLABDEFRAG_MESH=1 SLABDEFRAG_CONTROL=1 SLABDEFRAG_PROF_PREFIX="$tmp/mesh" \
+    LD_PRELOAD=$lib "$twosites" 1000000 200000 free < "$tmp/in3" > "$tmp/out3" 2>&1 &
+pid=$!
+pids="$pids $pid"
+exec 9> "$tmp/in3"
+wait_for "$tmp/out3" '^ready'
+"$slabinfo" -p "$pid" --pinned > "$tmp/mbefore" || fail "slabinfo --pinned (mesh)"
+"$slabinfo" -p "$pid" -s > /dev/null || fail "slabinfo -s (mesh)"
+"$slabinfo" -p "$pid" -T > "$tmp/mtotals" || fail "slabinfo -T (mesh)"
+meshes=$(sed -n 's/^Mesh: \([0-9]*\) meshes.*/\1/p' "$tmp/mtotals")
+[ "${meshes:-0}" -gt 0 ] || fail "nothing meshed: $(cat "$tmp/mtotals")"
+"$slabinfo" -p "$pid" --pinned > "$tmp/mafter" || fail "slabinfo --pinned (after meshing)"
+cat "$tmp/mbefore" "$tmp/mafter"
+[ "$(samples "$tmp/mbefore")" = "$(samples "$tmp/mafter")" ] ||
+    fail "samples changed with meshing ($meshes meshes)"
+mb=$(grep ' scattered_site <' "$tmp/mbefore" | awk '{ print $1 }')
+ma=$(grep ' scattered_site <' "$tmp/mafter" | awk '{ print $1 }')
+[ "$mb" = "$ma" ] || fail "scattered_site's live estimate $mb before meshing, $ma after"
+echo >&9
+exec 9>&-
+wait "$pid" || fail "twosites (meshing) exited with $?: $(cat "$tmp/out3")"
+grep -q ' scattered_site <' "$tmp/mesh.$pid.sites" &&
+    fail "freed objects (meshed) still sampled at exit: $(cat "$tmp/mesh.$pid.sites")"
+grep -q ' packed_site <' "$tmp/mesh.$pid.sites" || fail "packed_site lost at exit (mesh)"
+
 # ---- kick() moves every object ------------------------------------------
 mkfifo "$tmp/in2"
 SLABDEFRAG_PROF=1 SLABDEFRAG_CONTROL=1 SLABDEFRAG_PROF_PREFIX="$tmp/k" \
@@ -128,7 +159,6 @@ echo >&8
 wait_for "$tmp/out2" '^shrunk'
 "$slabinfo" -p "$pid" --pinned > "$tmp/after" || fail "slabinfo --pinned (after kick)"
 cat "$tmp/before" "$tmp/after"
-samples() { sed -n 's/.*; \([0-9]*\) live samples.*/\1/p' "$1"; }
 b=$(samples "$tmp/before") a=$(samples "$tmp/after")
 [ "$b" -gt 20 ] || fail "only $b samples before the kick"
 [ "$a" = "$b" ] || fail "$b samples before the kick, $a after: samples did not follow their objects"

@@ -5,9 +5,10 @@
  *   scattered_site  objects of which one in four survives, spread over
  *                   every slab they were allocated in (sparse slabs).
  * It prints "live packed=<bytes> scattered=<bytes>" (the true figures) and
- * "ready", then waits for a line on stdin (time for slabinfo) and exits.
+ * "ready", then waits for a line on stdin (time for slabinfo) and exits;
+ * with "free", it first frees the scattered survivors.
  *
- *   twosites [scattered_objects [packed_objects]]
+ *   twosites [scattered_objects [packed_objects [free]]]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,5 +77,8 @@ int main(int argc, char **argv)
     char line[16];
     if (!fgets(line, sizeof line, stdin))
         line[0] = 0;
+    if (argc > 3 && !strcmp(argv[3], "free"))
+        for (size_t i = 0; i < ns; i++)
+            free(scattered[i]);
     return 0;
 }
