@@ -92,10 +92,14 @@ static inline int sample_due(size_t n)
     return unlikely((sd_sample_left -= (int64_t)n) < 0);
 }
 
+/* The slab's entry: descriptors of one segment get neighbouring entries
+ * (64 slabs share a line of the table, as they share a header page), and
+ * each segment's run starts at a place scrambled from its address. */
 static inline uint32_t sample_slab_hash(const struct slab *s)
 {
-    return (uint32_t)((((uintptr_t)s >> 7) * 0x9e3779b97f4a7c15ull) >>
-                      (64 - SAMPLE_SLAB_BITS));
+    uintptr_t a = (uintptr_t)s;
+    return (uint32_t)((a >> 7) ^ ((a >> SD_SEGMENT_SHIFT) * 0x9e37u)) &
+           ((1u << SAMPLE_SLAB_BITS) - 1);
 }
 
 /* Might object p of slab s be sampled?  On the free fast path: first a
