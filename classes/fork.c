@@ -8,11 +8,13 @@
  * static storage, so registering does not allocate.
  *
  * prepare takes every allocator lock in the documented order
- * (classes/cache.c): the reclaim and drain locks, the cache registry, the
- * thread registry, the segment kind locks and the large-block leaves
- * (huge blocks, extent arenas, per-CPU stashes of freed extents:
- * core/large.c), every slab lock, every cache list lock.  The parent
- * releases them.  The child resets them (it runs as a new tid) and
+ * (classes/cache.c), after the heap profiler's table locks (leaves that
+ * are never held with an allocator lock: hooks/proftab.h): the reclaim
+ * and drain locks, the cache registry, the thread registry, the segment
+ * kind locks and the large-block leaves (huge blocks, extent arenas,
+ * per-CPU stashes of freed extents: core/large.c), every slab lock, every
+ * cache list lock.  The parent releases them.  The child resets them (it
+ * runs as a new tid) and
  * adopts the slabs of the threads that did not survive the fork (found by
  * owner in the segments: their per-thread lists may be half updated; see
  * adopt_dead_threads_slabs below).
@@ -28,6 +30,7 @@
 #include "forkcopy.h"
 #include "large.h"
 #include "pcpu.h"
+#include "sample.h"
 #include "segment.h"
 #include "tcache.h"
 #include "thread.h"
@@ -80,6 +83,7 @@ static void adopt_dead_threads_slabs(void)
 
 static void fork_prepare(void)
 {
+    sample_fork(0);                  /* the profiler's leaf locks, first */
     tcache_lock_reclaim();           /* outermost: no thread's bins half taken */
     pcpu_drain_lock();               /* outermost: no drain in flight */
     sd_mutex_lock(&sd_caches_lock);
@@ -100,6 +104,7 @@ static void fork_parent(void)
     sd_mutex_unlock(&sd_caches_lock);
     pcpu_drain_unlock(0);
     tcache_unlock_reclaim(0);
+    sample_fork(1);
 }
 
 static void fork_child(void)
@@ -115,6 +120,7 @@ static void fork_child(void)
     tcache_unlock_reclaim(1);
     tcache_registry_fork_child();
     adopt_dead_threads_slabs();
+    sample_fork(2);
 }
 
 /* Once, without waiting: a thread that finds another one registering goes

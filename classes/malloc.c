@@ -11,6 +11,7 @@
 #include "alloc.h"
 #include "large.h"
 #include "os.h"
+#include "sample.h"
 
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
@@ -37,8 +38,39 @@ static __attribute__((noinline)) void *malloc_large(size_t n, size_t align, int 
     return large_alloc(n, align, zero);
 }
 
+/* Allocations that crossed a sample point (classes/sample.h). */
+static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int zero)
+{
+    int how = sample_check(n);
+    void *p;
+    if (n <= SD_MAX_SMALL) {
+        p = malloc_small(n);
+        if (p && zero)
+            memset(p, 0, n);
+    } else {
+        p = malloc_large(n, 0, zero);
+    }
+    if (how)
+        sample_taken(p, n, how);
+    return p;
+}
+
+/* Frees of objects that may be sampled: the sample goes first. */
+static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p)
+{
+    if (s) {
+        sample_freed(p);
+        cache_free_fast(s, p, "free");
+    } else {
+        sample_freed(p);
+        free_not_slab(p, "free");
+    }
+}
+
 void *sdm_malloc(size_t n)
 {
+    if (unlikely(sample_due(n)))
+        return malloc_sampled(n, 0);
     if (likely(n <= SD_MAX_SMALL))
         return malloc_small(n);
     return malloc_large(n, 0, 0);
@@ -50,9 +82,13 @@ void sdm_free(void *p)
         return;
     struct slab *s = segment_slab_of(p);
     if (likely(s)) {
+        if (unlikely(sample_marked(s, p)))
+            return free_sampled(s, p);
         cache_free_fast(s, p, "free");
         return;
     }
+    if (unlikely(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED)))
+        return free_sampled(NULL, p);
     free_not_slab(p, "free");
 }
 
@@ -63,6 +99,8 @@ void *sdm_calloc(size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
+    if (unlikely(sample_due(total)))
+        return malloc_sampled(total, 1);
     if (likely(total <= SD_MAX_SMALL)) {
         void *p = malloc_small(total);
         if (p)
@@ -118,8 +156,12 @@ void *sdm_realloc(void *p, size_t n)
             errno = ENOMEM;
             return NULL;
         }
-        if (((uintptr_t)p & (SD_PAGE_SIZE - 1)) == 0)
-            return large_realloc(p, n);
+        if (((uintptr_t)p & (SD_PAGE_SIZE - 1)) == 0) {
+            void *q = large_realloc(p, n);
+            if (q && unlikely(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED)))
+                sd_sample_ops->moved(p, q, n);
+            return q;
+        }
     }
     void *q = sdm_malloc(n);
     if (!q)
@@ -147,13 +189,16 @@ void *sdm_memalign(size_t align, size_t n)
     }
     if (align <= SD_MIN_ALIGN)
         return sdm_malloc(n);
-    if (n <= SD_MAX_SMALL) {
-        int cls = sizeclass_aligned(n < align ? align : n, align);
-        if (cls >= 0)
-            return cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
-        /* no class of that alignment: a large block */
-    }
-    return malloc_large(n, align, 0);
+    int how = sample_due(n) ? sample_check(n) : SAMPLE_NONE;
+    void *p = NULL;
+    int cls = n <= SD_MAX_SMALL ? sizeclass_aligned(n < align ? align : n, align) : -1;
+    if (cls >= 0)
+        p = cache_alloc_fast(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
+    else                    /* large, or no class of that alignment */
+        p = malloc_large(n, align, 0);
+    if (unlikely(how))
+        sample_taken(p, n, how);
+    return p;
 }
 
 int sdm_posix_memalign(void **out, size_t align, size_t n)

@@ -41,6 +41,10 @@ struct tcache {
     char        *pcpu;          /* per-CPU regions (classes/pcpu.h) once this
                                    thread uses them; NULL: the per-thread
                                    bins below (and while a get() runs) */
+    int64_t      sample_left;   /* heap profiling: bytes to the next sample
+                                   point (classes/sample.h), beside pcpu so
+                                   that malloc's fast path reaches both
+                                   through one TLS address */
     uint64_t     gate;          /* per-thread mode (the gate, below): low
                                    32 bits, allocator calls of this thread
                                    under way; high 32, calls that left */

@@ -31,9 +31,12 @@ struct sd_options sd_opt = {
     .harden = 1,
     .page_purge = 1,
     .background = SD_BG_AUTO,
+    .prof_interval = 512 << 10,
+    .prof_prefix = "sdprof",
 };
 
-enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER, OPT_BACKGROUND };
+enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER, OPT_BACKGROUND,
+                OPT_PROF, OPT_PREFIX };
 
 static const struct option {
     const char   *name;        /* after SLABDEFRAG_ */
@@ -68,6 +71,10 @@ static const struct option {
     { "MESH_PAGE_SLABS",   OPT_UINT,  &sd_opt.mesh_page_slabs,    0, 1u << 20 },
     { "MESH_SHUFFLE",      OPT_BOOL,  &sd_opt.mesh_shuffle,       0, 1 },
     { "MESH_BARRIER",      OPT_BARRIER, &sd_opt.mesh_barrier,     0, 2 }, /* auto|uffd|mprotect */
+    /* heap profiler (hooks/prof.c): 0/off, 1/on, or the mean interval in
+     * bytes (on); the profile at exit goes to <PROF_PREFIX>.<pid>.heap */
+    { "PROF",              OPT_PROF,  &sd_opt.prof,               64, 1u << 30 },
+    { "PROF_PREFIX",       OPT_PREFIX, NULL,                      0, 0 },
 };
 
 static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -169,6 +176,28 @@ static void apply(const char *name, const char *val)
                 *o->value = SD_BG_OFF;
             else
                 sd_warn("SLABDEFRAG_%s=%s: expected 0, 1 or auto; using auto", name, val);
+            return;
+        case OPT_PROF:
+            if (!strcmp(val, "0") || !strcmp(val, "off") || !strcmp(val, "no")) {
+                sd_opt.prof = 0;
+            } else if (!strcmp(val, "1") || !strcmp(val, "on") || !strcmp(val, "yes")) {
+                sd_opt.prof = 1;
+            } else if (!parse_uint(val, o->min, o->max, &sd_opt.prof_interval)) {
+                sd_opt.prof = 1;
+            } else {
+                sd_warn("SLABDEFRAG_PROF=%s: expected 0, 1 or a mean sampling "
+                        "interval in bytes from %u to %u; profiling off", val,
+                        o->min, o->max);
+                sd_opt.prof = 0;
+            }
+            return;
+        case OPT_PREFIX:
+            if (!*val || strlen(val) >= sizeof sd_opt.prof_prefix)
+                sd_warn("SLABDEFRAG_PROF_PREFIX=%s: expected a path prefix of 1 to "
+                        "%zu bytes; using %s", val, sizeof sd_opt.prof_prefix - 1,
+                        sd_opt.prof_prefix);
+            else
+                memcpy(sd_opt.prof_prefix, val, strlen(val) + 1);
             return;
         case OPT_DEBUG:
             if (parse_debug(val))

@@ -52,7 +52,10 @@ struct sd_options {
     uint32_t mesh_barrier;         /* meshing: SD_BARRIER_* write barrier */
     uint32_t page_purge;           /* give back free pages of sparse slabs
                                       of big malloc classes */
+    uint32_t prof;                 /* sampling heap profiler on (hooks/prof.c) */
+    uint32_t prof_interval;        /* its mean sampling interval, bytes */
     char     debug_caches[256];    /* comma list of cache names; "" = all */
+    char     prof_prefix[200];     /* profile at exit: <prefix>.<pid>.heap */
 };
 
 /* SLABDEFRAG_BACKGROUND: SD_BG_OFF, the shrinker starts only when

@@ -152,6 +152,9 @@ struct segment {
     uint16_t first;           /* first slot after the header */
     uint16_t nfree;           /* free slots */
     uint16_t hint;            /* where to start looking for a free slot */
+    uint16_t sampled;         /* heap profiler: live sampled objects in the
+                                 segment (atomic; 0xffff: saturated, kept:
+                                 hooks/prof.c); free's first check */
     struct sd_list link;      /* kind's list of segments */
     uint64_t used[16];        /* bit per slot: 1 = holds a slab (up to
                                  1024 slots: the 4 KiB kind) */

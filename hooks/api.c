@@ -9,6 +9,8 @@
 #include "fmt.h"
 #include "large.h"
 #include "mesh.h"
+#include "prof.h"
+#include "sample.h"
 #include "sdmalloc.h"
 #include "shrinker.h"
 #include "slabdefrag.h"
@@ -92,13 +94,8 @@ SD_EXPORT void sd_cache_destroy(sd_cache *s)
     }
 }
 
-SD_EXPORT void *sd_cache_alloc(sd_cache *s)
+static inline void *cache_alloc_entry(struct sd_cache *c)
 {
-    struct sd_cache *c = (struct sd_cache *)s;
-    if (unlikely(!c)) {
-        errno = EINVAL;
-        return NULL;
-    }
     char *base = sd_tc.pcpu;
     if (likely(base))
         return pcpu_alloc(c, c->id, base);
@@ -116,6 +113,35 @@ SD_EXPORT void *sd_cache_alloc(sd_cache *s)
     return cache_alloc_fast(c, b);
 }
 
+/* An allocation that crossed a sample point (classes/sample.h). */
+static __attribute__((noinline, cold)) void *cache_alloc_sampled(struct sd_cache *c)
+{
+    int how = sample_check(c->object_size);
+    void *p = cache_alloc_entry(c);
+    if (how)
+        sample_taken(p, c->object_size, how);
+    return p;
+}
+
+/* A free of an object that may be sampled: the sample goes first. */
+static __attribute__((noinline, cold)) void cache_free_sampled(struct slab *sl, void *obj)
+{
+    sample_freed(obj);
+    cache_free_fast(sl, obj, "sd_cache_free");
+}
+
+SD_EXPORT void *sd_cache_alloc(sd_cache *s)
+{
+    struct sd_cache *c = (struct sd_cache *)s;
+    if (unlikely(!c)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (unlikely(sample_due(c->object_size)))
+        return cache_alloc_sampled(c);
+    return cache_alloc_entry(c);
+}
+
 SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)
 {
     if (unlikely(!obj))
@@ -130,6 +156,8 @@ SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)
                      owner->name, s ? ((struct sd_cache *)s)->name : "(null)");
         report_invalid("sd_cache_free", obj);
     }
+    if (unlikely(sample_marked(sl, obj)))
+        return cache_free_sampled(sl, obj);
     cache_free_fast(sl, obj, "sd_cache_free");
 }
 

@@ -26,6 +26,8 @@
 #include "cache.h"
 #include "fmt.h"
 #include "options.h"
+#include "prof.h"
+#include "sample.h"
 #include "slabdefrag.h"
 
 
@@ -80,6 +82,8 @@ SD_EXPORT void *sd_defrag_realloc(void *ptr)
         return ptr;
     memcpy(q, ptr, c->size);
     cache_stat_add(c, SD_STAT_DEFRAG_MOVES, 1);
+    if (unlikely(sample_marked(home, ptr)))
+        prof_moved(ptr, q, c->object_size);            /* its sample moves with it */
     cache_free_slow(home, ptr, "sd_defrag_realloc");   /* an alias's: to its host */
     return q;
 }

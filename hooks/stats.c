@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fmt.h"
+#include "out.h"
 #include "large.h"
 #include "mesh.h"
 #include "options.h"
@@ -27,55 +28,7 @@
 
 
 /* ---------------------------------------------------------------- */
-/* A buffered writer (JSON is written in many small pieces)          */
-
-struct out {
-    int    fd;
-    int    err;                 /* first error, -errno */
-    size_t n;
-    char   buf[4096];
-};
-
-static void out_flush(struct out *o)
-{
-    size_t done = 0;
-    while (!o->err && done < o->n) {
-        ssize_t w = write(o->fd, o->buf + done, o->n - done);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            o->err = -errno;
-            break;
-        }
-        done += (size_t)w;
-    }
-    o->n = 0;
-}
-
-static void out_put(struct out *o, const char *s, size_t len)
-{
-    while (len && !o->err) {
-        if (o->n == sizeof o->buf)
-            out_flush(o);
-        size_t k = sizeof o->buf - o->n < len ? sizeof o->buf - o->n : len;
-        memcpy(o->buf + o->n, s, k);
-        o->n += k;
-        s += k;
-        len -= k;
-    }
-}
-
-static void out_fmt(struct out *o, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void out_fmt(struct out *o, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    size_t n = sd_vfmt(line, sizeof line, fmt, ap);
-    va_end(ap);
-    out_put(o, line, n < sizeof line ? n : sizeof line - 1);
-}
+/* JSON strings (the writer is hooks/out.h)                         */
 
 /* A JSON string (names are the caller's: escape them). */
 static void out_jstr(struct out *o, const char *s, size_t max)

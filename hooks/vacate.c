@@ -29,6 +29,7 @@
 #include "options.h"
 #include "os.h"
 #include "pcpu.h"
+#include "prof.h"
 #include "slab.h"
 #include "slabdefrag.h"
 #include "stat.h"
@@ -65,7 +66,11 @@ static uint32_t vacate_locked(struct sd_cache *c, struct slab *s, void **vec,
             for (int i = 0; i < n; i++)
                 kicked += vec[i] != NULL;
             cache_stat_add(c, SD_STAT_OBJECTS_KICKED, kicked);
+            struct prof_kick k;
+            int profiled = prof_kick_begin(&k, c, vec, n);
             c->ops.kick(c, n, vec, priv);
+            if (profiled)
+                prof_kick_end(&k);
             sd_spin_lock(&s->lock);
         }
     }

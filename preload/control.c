@@ -34,6 +34,7 @@
 #include "fmt.h"
 #include "options.h"
 #include "os.h"
+#include "prof.h"
 #include "shrinker.h"
 #include "slabdefrag.h"
 #include "stats.h"
@@ -187,6 +188,65 @@ static void do_shrink(int fd, char **w, int n)
     sd_dprintf(fd, "shrink %s: %lu bytes released\n", c->name, after - before);
 }
 
+/* A count or a byte interval: digits only, within [min, max]. */
+static int parse_count(const char *w, unsigned long min, unsigned long max,
+                       unsigned long *out)
+{
+    unsigned long v = 0;
+    if (!*w)
+        return -1;
+    for (; *w; w++) {
+        if (*w < '0' || *w > '9' || v > max / 10)
+            return -1;
+        v = v * 10 + (unsigned long)(*w - '0');
+    }
+    if (v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void do_sites(int fd, char **w, int n, enum prof_sort sort)
+{
+    unsigned long max = 20;
+    if (n > 2 || (n == 2 && parse_count(w[1], 1, 100000, &max))) {
+        sd_dprintf(fd, "error: usage: %s [<rows, 1 to 100000>]\n", w[0]);
+        return;
+    }
+    prof_print_sites(fd, sort, (unsigned)max);
+}
+
+static void do_prof(int fd, char **w, int n)
+{
+    unsigned long interval = 0;
+    if (n == 1) {
+        prof_print_status(fd);
+    } else if (!strcmp(w[1], "on") && n <= 3) {
+        if (n == 3 && parse_count(w[2], 64, 1ul << 30, &interval)) {
+            reply_error(fd, "prof on: the interval is a number of bytes from 64 to 1073741824");
+            return;
+        }
+        if (prof_start(interval)) {
+            reply_error(fd, "prof on: cannot map the profiler's tables");
+            return;
+        }
+        prof_print_status(fd);
+    } else if (!strcmp(w[1], "off") && n == 2) {
+        prof_stop();
+        prof_print_status(fd);
+    } else if (!strcmp(w[1], "heap") && n == 2) {
+        prof_write_heap(fd);
+    } else if (!strcmp(w[1], "folded") && n == 3 &&
+               (!strcmp(w[2], "live") || !strcmp(w[2], "pinned"))) {
+        int live = !strcmp(w[2], "live");
+        if (!prof_write_folded(fd, live ? PROF_SORT_LIVE : PROF_SORT_PINNED))
+            sd_dprintf(fd, "error: prof folded: no %s bytes sampled (profiling off, "
+                       "or nothing sampled yet)\n", live ? "live" : "pinned");
+    } else {
+        reply_error(fd, "usage: prof [on [<bytes>] | off | heap | folded live|pinned]");
+    }
+}
+
 static void serve(int fd)
 {
     struct ucred cr;
@@ -224,8 +284,15 @@ static void serve(int fd)
         do_shrink(fd, w, n);
     else if (!strcmp(w[0], "validate") && n == 1)
         validate_all(fd, NULL);
+    else if (!strcmp(w[0], "prof"))
+        do_prof(fd, w, n);
+    else if (!strcmp(w[0], "sites"))
+        do_sites(fd, w, n, PROF_SORT_LIVE);
+    else if (!strcmp(w[0], "pinned"))
+        do_sites(fd, w, n, PROF_SORT_PINNED);
     else
-        reply_error(fd, "unknown request (ping, stats, report, shrink, validate)");
+        reply_error(fd, "unknown request (ping, stats, report, shrink, validate, "
+                        "prof, sites, pinned)");
 }
 
 /* On the shrinker thread, when the listening socket is readable. */

@@ -15,6 +15,12 @@
  *   report <cache> [json]         one cache: geometry, slab states, counters
  *   shrink [<cache>]              "shrink: <bytes> bytes released"
  *   validate                      "corrupt: ..." lines, then "validate: ..."
+ *   prof [on [<bytes>] | off]     heap profiler: status / switch (hooks/prof.h)
+ *   prof heap                     gperftools heap profile (google-pprof)
+ *   prof folded live|pinned       folded stacks for flame graphs
+ *   sites [<rows>]                call sites by estimated live bytes, with
+ *                                 the sparse-slab bytes they pin
+ *   pinned [<rows>]               the same, by pinned bytes
  */
 #ifndef SD_PRELOAD_CONTROL_H
 #define SD_PRELOAD_CONTROL_H

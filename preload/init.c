@@ -20,6 +20,8 @@
 #include "control.h"
 #include "lifetime.h"
 #include "options.h"
+#include "prof.h"
+#include "segment.h"
 #include "shrinker.h"
 #include "slabdefrag.h"
 #include "stats.h"
@@ -49,6 +51,8 @@ __attribute__((destructor(101))) static void slabdefrag_fini(void)
         sd_stats_print(2);
     else if (sd_opt.stats == SD_STATS_JSON)
         stats_print(2, STATS_JSON, STATS_SORT_NONE);
+    if (sd_opt.prof)
+        prof_write_final();             /* jemalloc's prof_final */
     control_shutdown();
     shrinker_stop();
 }

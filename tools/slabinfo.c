@@ -12,6 +12,14 @@
  *   slabinfo -p PID -r CACHE         one cache in detail (with --json: JSON)
  *   slabinfo -p PID -s [CACHE]       shrink every cache, or one
  *   slabinfo -p PID -v               validate every slab
+ *   slabinfo -p PID --sites | --pinned   heap profiler: call sites by live
+ *                                    or by pinned bytes (SLABDEFRAG_PROF)
+ *   slabinfo -p PID --prof on|off|BYTES  switch the profiler
+ *   slabinfo -p PID --heap-profile   gperftools heap profile (google-pprof)
+ *   slabinfo -p PID --folded live|pinned   folded stacks
+ *   slabinfo -p PID --flamegraph [live|pinned]   an SVG flame graph
+ *   slabinfo --flamegraph-from FILE [--title T]  an SVG flame graph of a
+ *                                    folded file
  *
  * Exit status: 0 success, 1 error (no such process, not under slabdefrag,
  * refused, error reply), 2 usage, 3 -v found corruption.
@@ -31,11 +39,14 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "flamegraph.h"
 
 #define REPLY_TIMEOUT_MS 30000
 
 static const char *prog = "slabinfo";
 static long pid = -1;
+static FILE *reply_sink;        /* where a reply goes (stdout by default) */
+static const char *flame_title; /* --title */
 
 static void usage(FILE *f)
 {
@@ -50,6 +61,18 @@ static void usage(FILE *f)
         "  -r CACHE      detailed report of one cache\n"
         "  -s [CACHE]    shrink every cache, or one; prints the bytes released\n"
         "  -v            validate every slab; exit 3 if corruption is found\n"
+        "heap profiler (the process runs with SLABDEFRAG_PROF=1, or --prof on):\n"
+        "  --sites       call sites by estimated live bytes, with the bytes of\n"
+        "                sparse slabs (at most 1/4 full) their objects pin\n"
+        "  --pinned      the same, sorted by pinned bytes\n"
+        "  -n ROWS       rows of --sites/--pinned (default 20)\n"
+        "  --prof on|off|BYTES   switch it (BYTES: on, with that mean interval)\n"
+        "  --heap-profile        gperftools heap profile on stdout (google-pprof --text)\n"
+        "  --folded live|pinned  folded stacks on stdout (flame graph input)\n"
+        "  --flamegraph [live|pinned]  SVG flame graph on stdout (default pinned)\n"
+        "  --flamegraph-from FILE      SVG flame graph of a folded file (- : stdin;\n"
+        "                no -p needed)\n"
+        "  --title TEXT  the flame graph's title\n"
         "  -h            this help\n", prog);
 }
 
@@ -150,7 +173,7 @@ static int request(const char *req, char *tail, size_t tailsz)
             if (is_error)
                 fprintf(stderr, "%s: process %ld: ", prog, pid);
         }
-        fwrite(buf, 1, (size_t)got, is_error ? stderr : stdout);
+        fwrite(buf, 1, (size_t)got, is_error ? stderr : reply_sink);
         total += (size_t)got;
         for (ssize_t i = 0; i < got; i++) {     /* keep the last line */
             if (lastn && last[lastn - 1] == '\n')
@@ -160,7 +183,7 @@ static int request(const char *req, char *tail, size_t tailsz)
         }
     }
     close(fd);
-    fflush(stdout);
+    fflush(reply_sink);
     last[lastn] = 0;
     if (tail)
         snprintf(tail, tailsz, "%s", last);
@@ -172,8 +195,56 @@ static int request(const char *req, char *tail, size_t tailsz)
     return rc || is_error;
 }
 
+/* Draw folded stacks (a file, or a request's reply) as SVG on stdout. */
+static int flamegraph(const char *file, const char *what)
+{
+    char title[160];
+    FILE *in;
+    char *text = NULL;
+    size_t len = 0;
+    if (file) {
+        in = strcmp(file, "-") ? fopen(file, "r") : stdin;
+        if (!in) {
+            fprintf(stderr, "%s: --flamegraph-from: %s: %s\n", prog, file, strerror(errno));
+            return 1;
+        }
+        snprintf(title, sizeof title, "Flame graph of %s", file);
+    } else {
+        FILE *mem = open_memstream(&text, &len);
+        if (!mem)
+            return die("%s", strerror(errno));
+        char req[64];
+        snprintf(req, sizeof req, "prof folded %s", what);
+        reply_sink = mem;
+        int rc = request(req, NULL, 0);
+        reply_sink = stdout;
+        fclose(mem);
+        if (rc) {
+            free(text);
+            return rc;
+        }
+        in = fmemopen(text, len ? len : 1, "r");
+        if (!in) {
+            free(text);
+            return die("%s", strerror(errno));
+        }
+        snprintf(title, sizeof title, "%s bytes by call site, process %ld",
+                 strcmp(what, "live") ? "Pinned sparse-slab" : "Live", pid);
+    }
+    int rc = flamegraph_svg(in, stdout, flame_title ? flame_title : title, "bytes") ? 1 : 0;
+    if (in != stdin)
+        fclose(in);
+    free(text);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    const char *sites = NULL, *prof = NULL, *folded = NULL, *flame = NULL;
+    const char *flame_file = NULL;
+    long rows = 20;
+    int heap = 0;
+    reply_sink = stdout;
     int json = 0, totals = 0, validate = 0, shrink = 0;
     const char *sort = NULL, *report = NULL, *shrink_cache = NULL;
     prog = argv[0] && strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : "slabinfo";
@@ -204,6 +275,40 @@ int main(int argc, char **argv)
             shrink = 1;
             if (i + 1 < argc && argv[i + 1][0] != '-')
                 shrink_cache = argv[++i];
+        } else if (!strcmp(a, "--sites") || !strcmp(a, "--pinned")) {
+            sites = a + 2;
+        } else if (!strcmp(a, "-n") && i + 1 < argc) {
+            char *end;
+            rows = strtol(argv[++i], &end, 10);
+            if (*end || rows < 1 || rows > 100000) {
+                fprintf(stderr, "%s: -n: expected a number of rows from 1 to 100000: %s\n",
+                        prog, argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--prof") && i + 1 < argc) {
+            prof = argv[++i];
+            if (strcmp(prof, "on") && strcmp(prof, "off") &&
+                strspn(prof, "0123456789") != strlen(prof)) {
+                fprintf(stderr, "%s: --prof: expected on, off or a mean interval in "
+                        "bytes: %s\n", prog, prof);
+                return 2;
+            }
+        } else if (!strcmp(a, "--heap-profile")) {
+            heap = 1;
+        } else if (!strcmp(a, "--folded") && i + 1 < argc) {
+            folded = argv[++i];
+            if (strcmp(folded, "live") && strcmp(folded, "pinned")) {
+                fprintf(stderr, "%s: --folded: expected live or pinned: %s\n", prog, folded);
+                return 2;
+            }
+        } else if (!strcmp(a, "--flamegraph")) {
+            flame = "pinned";
+            if (i + 1 < argc && (!strcmp(argv[i + 1], "live") || !strcmp(argv[i + 1], "pinned")))
+                flame = argv[++i];
+        } else if (!strcmp(a, "--flamegraph-from") && i + 1 < argc) {
+            flame_file = argv[++i];
+        } else if (!strcmp(a, "--title") && i + 1 < argc) {
+            flame_title = argv[++i];
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -213,12 +318,38 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (flame_file)
+        return flamegraph(flame_file, NULL);
     if (pid < 0) {
         usage(stderr);
         return 2;
     }
     char req[SD_CONTROL_MAX_REQUEST];
     int rc = 0;
+    int profiler = sites || prof || heap || folded || flame;
+    if (prof) {
+        snprintf(req, sizeof req, "prof %s", strcmp(prof, "off") ? "on" : "off");
+        if (strcmp(prof, "on") && strcmp(prof, "off"))
+            snprintf(req, sizeof req, "prof on %s", prof);
+        if ((rc = request(req, NULL, 0)))
+            return rc;
+    }
+    if (sites) {
+        snprintf(req, sizeof req, "%s %ld", sites, rows);
+        if ((rc = request(req, NULL, 0)))
+            return rc;
+    }
+    if (heap && (rc = request("prof heap", NULL, 0)))
+        return rc;
+    if (folded) {
+        snprintf(req, sizeof req, "prof folded %s", folded);
+        if ((rc = request(req, NULL, 0)))
+            return rc;
+    }
+    if (flame && (rc = flamegraph(NULL, flame)))
+        return rc;
+    if (profiler && !(shrink || validate || report || totals || sort))
+        return 0;
     if (shrink) {
         snprintf(req, sizeof req, "shrink%s%s", shrink_cache ? " " : "",
                  shrink_cache ? shrink_cache : "");

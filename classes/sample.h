@@ -1,0 +1,130 @@
+/*
+ * classes/sample.h - the allocation path's side of heap profiling: a
+ * per-thread countdown of bytes to the next sample, and the checks that
+ * find sampled objects again at free.  The profiler itself (which objects
+ * are sampled, their backtraces, the reports) is hooks/prof.c; it plugs in
+ * through sd_sample_ops, as hooks reach this layer only through a table.
+ *
+ * Cost when profiling is off: one subtraction from a thread-local counter
+ * and a branch on malloc and sd_cache_alloc (the counter crosses zero once
+ * per SAMPLE_RECHECK bytes, when sample_check re-reads the switch); on
+ * free, a load from the segment header line free has just read, and a
+ * branch.  With profiling on, the same, but in segments that hold sampled
+ * objects, where free also checks a count per slab (hashed) and looks the
+ * object up when that is not 0.
+ *
+ * Sampling (jemalloc's prof, tcmalloc's sampler): sample points form a
+ * Poisson process on the bytes a thread allocates, with mean distance R
+ * (SLABDEFRAG_PROF).  The counter holds the bytes to the next point; an
+ * allocation that makes it negative contains a point and is sampled.  An
+ * allocation of n bytes is therefore sampled with probability
+ * p = 1 - exp(-n/R), and hooks/prof.c gives it the weight 1/p objects,
+ * n/p bytes: the sum of weights over live samples is an unbiased estimate
+ * of the live objects and bytes.
+ */
+#ifndef SD_CLASSES_SAMPLE_H
+#define SD_CLASSES_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lock.h"
+#include "segment.h"
+#include "tcache.h"
+#include "types.h"
+
+#ifndef SD_HIDDEN
+#define SD_HIDDEN __attribute__((visibility("hidden")))
+#endif
+
+/* With profiling off, the counter is re-armed to this many bytes: a
+ * thread notices that profiling was switched on within this much of its
+ * own allocation. */
+#define SAMPLE_RECHECK (1 << 20)
+
+/* What sample_check decided for the allocation that crossed zero. */
+enum sample_how {
+    SAMPLE_NONE = 0,    /* not sampled (counter re-armed) */
+    SAMPLE_TAKE,        /* sample it: call sd_sample_ops->taken after */
+    SAMPLE_KICK,        /* inside a profiled kick(): report it as a
+                           possible new home of a moved sample */
+};
+
+/* The profiler's entry points (hooks/prof.c).  Each is called with no
+ * allocator lock held, from the thread that allocates or frees. */
+struct sample_ops {
+    /* The counter of this thread went below zero during an allocation of
+     * n bytes: re-arm it and say what to do (enum sample_how). */
+    int  (*check)(size_t n);
+    /* p (n bytes asked for) was just allocated and check said how. */
+    void (*taken)(void *p, size_t n, int how);
+    /* p, marked by sample_slab_marked or a large block while samples of
+     * large blocks live, is about to be freed. */
+    void (*freed)(void *p);
+    /* p moved to q (n bytes now): sd_defrag_realloc, realloc of a large
+     * block in place of a free and a malloc. */
+    void (*moved)(void *p, void *q, size_t n);
+    /* Fork: 0 prepare, 1 parent, 2 child (classes/fork.c). */
+    void (*fork)(int phase);
+};
+
+/* Bytes this thread may still allocate before the next sample point (in
+ * the thread's cache, classes/tcache.h). */
+#define sd_sample_left (sd_tc.sample_left)
+/* Set once by the profiler's constructor; NULL before. */
+extern SD_HIDDEN const struct sample_ops *sd_sample_ops;
+/* Counts of live samples per slab descriptor (hashed, SAMPLE_SLAB_BITS),
+ * or NULL until profiling first starts. */
+#define SAMPLE_SLAB_BITS 16
+extern SD_HIDDEN uint16_t *sd_sample_slabs;
+/* Live samples that are large blocks (not in a slab). */
+extern SD_HIDDEN unsigned long sd_sample_large;
+
+/* The slow side of the countdown (classes/sample.c). */
+int sample_check(size_t n) __attribute__((noinline, cold));
+
+/* Count n bytes; true if the countdown crossed zero: then the caller
+ * takes its slow path, which calls sample_check(n).  (Entry points keep
+ * the slow side in a separate noinline function reached by a tail call,
+ * so that their fast paths stay leaf functions without a frame.) */
+static inline int sample_due(size_t n)
+{
+    return unlikely((sd_sample_left -= (int64_t)n) < 0);
+}
+
+/* The slab's entry: descriptors of one segment get neighbouring entries
+ * (64 slabs share a line of the table, as they share a header page), and
+ * each segment's run starts at a place scrambled from its address. */
+static inline uint32_t sample_slab_hash(const struct slab *s)
+{
+    uintptr_t a = (uintptr_t)s;
+    return (uint32_t)((a >> 7) ^ ((a >> SD_SEGMENT_SHIFT) * 0x9e37u)) &
+           ((1u << SAMPLE_SLAB_BITS) - 1);
+}
+
+/* Might object p of slab s be sampled?  On the free fast path: first a
+ * count in p's segment header, whose line that path has just read (0
+ * whenever profiling never ran), then the slab's own count (hashed, so
+ * false positives are possible: the profiler looks p up). */
+static inline int sample_marked(const struct slab *s, const void *p)
+{
+    const struct segment *g = segment_at((uintptr_t)p & ~(SD_SEGMENT_SIZE - 1));
+    if (likely(!__atomic_load_n(&g->sampled, __ATOMIC_RELAXED)))
+        return 0;
+    const uint16_t *m = __atomic_load_n(&sd_sample_slabs, __ATOMIC_RELAXED);
+    return m && __atomic_load_n(&m[sample_slab_hash(s)], __ATOMIC_RELAXED) != 0;
+}
+
+/* At free of p, marked by sample_marked (or a large block while
+ * sd_sample_large is not 0): the profiler drops or moves its sample. */
+static inline void sample_freed(void *p)
+{
+    sd_sample_ops->freed(p);
+}
+
+/* After an allocation for which sample_check returned how != 0. */
+void sample_taken(void *p, size_t n, int how) __attribute__((noinline, cold));
+/* Fork phases (classes/fork.c). */
+void sample_fork(int phase);
+
+#endif
