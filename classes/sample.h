@@ -89,7 +89,11 @@ int sample_check(size_t n) __attribute__((noinline, cold));
  * so that their fast paths stay leaf functions without a frame.) */
 static inline int sample_due(size_t n)
 {
-    return unlikely((sd_sample_left -= (int64_t)n) < 0);
+    /* In unsigned arithmetic: a request above INT64_MAX bytes (which
+     * fails anyway) must not overflow a signed subtraction. */
+    int64_t left = (int64_t)((uint64_t)sd_sample_left - (uint64_t)n);
+    sd_sample_left = left;
+    return unlikely(left < 0);
 }
 
 /* The slab's entry: descriptors of one segment get neighbouring entries
