@@ -566,6 +566,11 @@ size_t extent_purge(uint64_t before)
     return bytes;
 }
 
+size_t extent_purge_arena(unsigned arena)
+{
+    return arena_purge(&arenas[arena % XARENAS], UINT64_MAX);
+}
+
 void extent_decay(uint64_t now)
 {
     uint64_t d = decay_ns();
