@@ -223,30 +223,37 @@ static void stash_put(unsigned cpu, void *p, size_t npages)
     release_all(evict, nevict);
 }
 
+/* Give the blocks of stash st freed before `before` ns, and of arena
+ * `arena` (any: XARENAS), back to their arena. */
+static void stash_drain(struct stash *st, uint64_t before, unsigned arena)
+{
+    void *out[LARGE_STASH_SLOTS];
+    unsigned n = 0;
+    sd_spin_lock(&st->lock);
+    for (unsigned j = 0; j < st->n;) {
+        if (st->slot[j].since < before &&
+            (arena == XARENAS || extent_arena_of(st->slot[j].p) == arena)) {
+            out[n++] = st->slot[j].p;
+            stash_remove_locked(st, j);
+        } else {
+            j++;
+        }
+    }
+    stash_expire_locked(st);
+    sd_spin_unlock(&st->lock);
+    release_all(out, n);
+}
+
 /* Give the stashed blocks freed before `before` ns back to their arenas. */
 static void stash_flush(uint64_t before)
 {
     unsigned hi = __atomic_load_n(&stash_hi, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < hi; i++) {
-        struct stash *st = &stashes[i];
-        uint64_t exp = __atomic_load_n(&st->expire, __ATOMIC_RELAXED);
+        uint64_t exp = __atomic_load_n(&stashes[i].expire, __ATOMIC_RELAXED);
         if (!exp || (before != UINT64_MAX &&
                      exp - (uint64_t)sd_opt.decay_ms * 1000000ull >= before))
             continue;
-        void *out[LARGE_STASH_SLOTS];
-        unsigned n = 0;
-        sd_spin_lock(&st->lock);
-        for (unsigned j = 0; j < st->n;) {
-            if (st->slot[j].since < before) {
-                out[n++] = st->slot[j].p;
-                stash_remove_locked(st, j);
-            } else {
-                j++;
-            }
-        }
-        stash_expire_locked(st);
-        sd_spin_unlock(&st->lock);
-        release_all(out, n);
+        stash_drain(&stashes[i], before, XARENAS);
     }
 }
 
@@ -254,25 +261,9 @@ static void stash_flush(uint64_t before)
 static void stash_flush_arena(unsigned arena)
 {
     unsigned hi = __atomic_load_n(&stash_hi, __ATOMIC_RELAXED);
-    for (unsigned i = 0; i < hi; i++) {
-        struct stash *st = &stashes[i];
-        if (!__atomic_load_n(&st->n, __ATOMIC_RELAXED))
-            continue;
-        void *out[LARGE_STASH_SLOTS];
-        unsigned n = 0;
-        sd_spin_lock(&st->lock);
-        for (unsigned j = 0; j < st->n;) {
-            if (extent_arena_of(st->slot[j].p) == arena) {
-                out[n++] = st->slot[j].p;
-                stash_remove_locked(st, j);
-            } else {
-                j++;
-            }
-        }
-        stash_expire_locked(st);
-        sd_spin_unlock(&st->lock);
-        release_all(out, n);
-    }
+    for (unsigned i = 0; i < hi; i++)
+        if (__atomic_load_n(&stashes[i].n, __ATOMIC_RELAXED))
+            stash_drain(&stashes[i], UINT64_MAX, arena);
 }
 
 /* ---------------------------------------------------------------- */

@@ -9,7 +9,8 @@
  *    same size on that CPU takes them without touching an arena; the
  *    others, and those a stash evicts, become dirty free extents of their
  *    arena, reused at once (best fit, dirty first) and purged
- *    (MADV_DONTNEED) after SLABDEFRAG_DECAY_MS.
+ *    (MADV_DONTNEED) after SLABDEFRAG_DECAY_MS, or at once when the last
+ *    thread allocating from their arena ends (core/large.c).
  *  - above: a huge block, its own mapping (core/huge.h), realloc'd with
  *    mremap.
  *
