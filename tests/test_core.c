@@ -541,11 +541,11 @@ Test(unit, large_realloc_grows_and_shrinks_in_place)
     q = sdm_realloc(p, 4 * MiB);
     cr_assert_neq(q, p);
     cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX, "contents lost moving");
-    /* Past the extent bound: a huge block, then mremap. */
-    q = sdm_realloc(q, 9 * MiB);
+    /* Past the extent bound (16 MiB): a huge block, then mremap. */
+    q = sdm_realloc(q, 17 * MiB);
     cr_assert_not_null(q);
     cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX);
-    q = sdm_realloc(q, 20 * MiB);
+    q = sdm_realloc(q, 40 * MiB);
     cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX);
     sdm_free(q);
     sdm_free(a[2]);
@@ -613,7 +613,7 @@ Test(unit, large_trim_purges_free_extents)
 
 Test(unit, large_stats_fields)
 {
-    void *a = sdm_malloc(100 * KiB), *b = sdm_malloc(2 * MiB), *h = sdm_malloc(6 * MiB);
+    void *a = sdm_malloc(100 * KiB), *b = sdm_malloc(2 * MiB), *h = sdm_malloc(20 * MiB);
     cr_assert(a && b && h);
     struct large_stats st;
     large_get_stats(&st);
