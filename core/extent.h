@@ -177,6 +177,14 @@ int extent_resize(struct xpage *x, size_t npages);
 /* Purge the dirty extents of every arena that became dirty before
  * `before` ns (UINT64_MAX: all of them).  Bytes purged. */
 size_t extent_purge(uint64_t before);
+/* Purge every dirty extent of arena `arena` (its last thread ended).
+ * Bytes purged. */
+size_t extent_purge_arena(unsigned arena);
+/* The arena owning the chunk of the extent block p. */
+static inline unsigned extent_arena_of(const void *p)
+{
+    return xchunk_at((uintptr_t)p & ~(XCHUNK_SIZE - 1))->arena;
+}
 /* Purge what is past the decay, if any arena has something to purge now
  * (one relaxed load per arena otherwise). */
 void extent_decay(uint64_t now);

@@ -10,7 +10,7 @@
  * past the decay, or the cache limits, they are unmapped.
  *
  * Locking: one mutex, a leaf (taken with no other allocator lock held).
- * It is global, but only blocks of more than 4 MiB take it: their mmap,
+ * It is global, but only blocks of more than 16 MiB take it: their mmap,
  * munmap or mremap takes the process's mmap lock anyway, and faulting in
  * 1,024 pages costs a thousand times the mutex.
  */

@@ -10,7 +10,10 @@
  * preempted while holding one makes another thread on that CPU wait at
  * most one time slice, as with any spinlock (sd_spin sleeps on a futex
  * after a while).  fork: large_lock_all() takes the huge-block lock, the
- * arena locks, then every stash lock (classes/fork.c).
+ * arena locks, then every stash lock (classes/fork.c); the child counts
+ * only its one thread as bound to an arena.  The bound-thread counters are
+ * atomics; a thread's end (thread_ends) takes the stash locks one at a
+ * time, then its arena's lock, then the huge-block lock, never two at once.
  *
  * A stashed extent is XS_CACHED: freed for the program (a second free is
  * a double free, malloc_usable_size rejects it) but still in use for its
@@ -22,6 +25,7 @@
 #include "large.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <string.h>
 
@@ -57,15 +61,70 @@ static inline unsigned current_cpu(void)
 }
 
 /* A thread allocates from one arena (threads take them in turn): its
- * blocks share chunks wherever it runs.  Frees go to the owner arena. */
+ * blocks share chunks wherever it runs.  Frees go to the owner arena.
+ *
+ * When the last thread bound to an arena ends, the arena is retired: its
+ * stashed blocks go back to it and every dirty extent of it is purged at
+ * once, without waiting for the decay (jemalloc purges an arena whose
+ * last thread ends the same way).  No thread allocates from it any more
+ * until the turn comes round again, so its dirty pages would only be
+ * reused by chance.  When no bound thread is left at all, the cached huge
+ * mappings are unmapped too.  A thread is counted out by a pthread key's
+ * destructor; one whose key could not be set stays counted (its arena is
+ * then left to the decay, as before). */
 static __thread unsigned my_arena __attribute__((tls_model("initial-exec")));
 static unsigned arena_turn;
+static unsigned arena_threads[XARENAS];     /* bound threads (atomic) */
+static unsigned bound_threads;              /* their sum (atomic) */
+static pthread_key_t retire_key;
+static int retire_state;        /* 0: no key yet, 1: being made, 2: ready,
+                                   -1: pthread_key_create failed */
+
+static void stash_flush_arena(unsigned arena);
+
+static void thread_ends(void *v)
+{
+    unsigned a = (unsigned)(uintptr_t)v - 1;
+    my_arena = 0;               /* a later destructor may bind again */
+    if (__atomic_sub_fetch(&arena_threads[a], 1, __ATOMIC_ACQ_REL) == 0) {
+        stash_flush_arena(a);
+        extent_purge_arena(a);
+    }
+    if (__atomic_sub_fetch(&bound_threads, 1, __ATOMIC_ACQ_REL) == 0)
+        huge_trim();
+}
+
+static int retire_key_ready(void)
+{
+    int st = __atomic_load_n(&retire_state, __ATOMIC_ACQUIRE);
+    if (st)
+        return st == 2;
+    if (!__atomic_compare_exchange_n(&retire_state, &st, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return st == 2;         /* another thread is making it: not counted */
+    st = pthread_key_create(&retire_key, thread_ends) ? -1 : 2;
+    __atomic_store_n(&retire_state, st, __ATOMIC_RELEASE);
+    return st == 2;
+}
+
+static __attribute__((noinline, cold)) unsigned arena_bind(void)
+{
+    unsigned a = __atomic_fetch_add(&arena_turn, 1, __ATOMIC_RELAXED) % XARENAS;
+    my_arena = a + 1;
+    /* Counted before the key is set: a thread whose key fails stays
+     * counted, so its arena is never retired under it. */
+    __atomic_add_fetch(&arena_threads[a], 1, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&bound_threads, 1, __ATOMIC_ACQ_REL);
+    if (retire_key_ready())
+        pthread_setspecific(retire_key, (void *)(uintptr_t)(a + 1));
+    return a + 1;
+}
 
 static inline unsigned thread_arena(void)
 {
     unsigned a = my_arena;
     if (unlikely(!a))
-        a = my_arena = __atomic_fetch_add(&arena_turn, 1, __ATOMIC_RELAXED) % XARENAS + 1;
+        a = arena_bind();
     return a - 1;
 }
 
@@ -164,31 +223,47 @@ static void stash_put(unsigned cpu, void *p, size_t npages)
     release_all(evict, nevict);
 }
 
+/* Give the blocks of stash st freed before `before` ns, and of arena
+ * `arena` (any: XARENAS), back to their arena. */
+static void stash_drain(struct stash *st, uint64_t before, unsigned arena)
+{
+    void *out[LARGE_STASH_SLOTS];
+    unsigned n = 0;
+    sd_spin_lock(&st->lock);
+    for (unsigned j = 0; j < st->n;) {
+        if (st->slot[j].since < before &&
+            (arena == XARENAS || extent_arena_of(st->slot[j].p) == arena)) {
+            out[n++] = st->slot[j].p;
+            stash_remove_locked(st, j);
+        } else {
+            j++;
+        }
+    }
+    stash_expire_locked(st);
+    sd_spin_unlock(&st->lock);
+    release_all(out, n);
+}
+
 /* Give the stashed blocks freed before `before` ns back to their arenas. */
 static void stash_flush(uint64_t before)
 {
     unsigned hi = __atomic_load_n(&stash_hi, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < hi; i++) {
-        struct stash *st = &stashes[i];
-        uint64_t exp = __atomic_load_n(&st->expire, __ATOMIC_RELAXED);
+        uint64_t exp = __atomic_load_n(&stashes[i].expire, __ATOMIC_RELAXED);
         if (!exp || (before != UINT64_MAX &&
                      exp - (uint64_t)sd_opt.decay_ms * 1000000ull >= before))
             continue;
-        void *out[LARGE_STASH_SLOTS];
-        unsigned n = 0;
-        sd_spin_lock(&st->lock);
-        for (unsigned j = 0; j < st->n;) {
-            if (st->slot[j].since < before) {
-                out[n++] = st->slot[j].p;
-                stash_remove_locked(st, j);
-            } else {
-                j++;
-            }
-        }
-        stash_expire_locked(st);
-        sd_spin_unlock(&st->lock);
-        release_all(out, n);
+        stash_drain(&stashes[i], before, XARENAS);
     }
+}
+
+/* Give the stashed blocks of arena `arena` back to it (it is retired). */
+static void stash_flush_arena(unsigned arena)
+{
+    unsigned hi = __atomic_load_n(&stash_hi, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < hi; i++)
+        if (__atomic_load_n(&stashes[i].n, __ATOMIC_RELAXED))
+            stash_drain(&stashes[i], UINT64_MAX, arena);
 }
 
 /* ---------------------------------------------------------------- */
@@ -346,6 +421,13 @@ void large_unlock_all(int child)
             __atomic_store_n(&stashes[i].lock.holder, 0, __ATOMIC_RELEASE);
         else
             sd_spin_unlock(&stashes[i].lock);
+    }
+    if (child) {                /* the forking thread is the only one */
+        for (unsigned i = 0; i < XARENAS; i++)
+            __atomic_store_n(&arena_threads[i], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&bound_threads, my_arena ? 1 : 0, __ATOMIC_RELAXED);
+        if (my_arena)
+            __atomic_store_n(&arena_threads[my_arena - 1], 1, __ATOMIC_RELAXED);
     }
     extent_unlock_all(child);
     huge_unlock_all(child);

@@ -9,20 +9,28 @@
  *    same size on that CPU takes them without touching an arena; the
  *    others, and those a stash evicts, become dirty free extents of their
  *    arena, reused at once (best fit, dirty first) and purged
- *    (MADV_DONTNEED) after SLABDEFRAG_DECAY_MS.
+ *    (MADV_DONTNEED) after SLABDEFRAG_DECAY_MS, or at once when the last
+ *    thread allocating from their arena ends (core/large.c).
  *  - above: a huge block, its own mapping (core/huge.h), realloc'd with
  *    mremap.
  *
- * Why 4 MiB.  Up to there a block is at most 1/16 of a chunk, so a chunk
- * never loses more than 1/16 to a tail no block fits in, and blocks of
- * every size of the range share chunks.  Above it the first touch of a
- * block is at least 1,024 page faults (some 250 us with the zeroing),
- * against about 5 us for the mmap/munmap pair: a mapping of its own costs
- * under 2%, mremap grows it without copying, and unmapping it returns its
- * address space at once.  jemalloc puts the same boundary nowhere (every
- * size is an extent) and mimalloc at 16 MiB (1/2 of its segment).
+ * Why 16 MiB.  Up to there a block is at most 1/4 of a chunk, so blocks
+ * of every size of the range share chunks, and a tail no block fits in
+ * is address space, not memory (it stays purged).  What decides it is
+ * reuse: a freed extent's pages are reused dirty, with no page fault,
+ * while a huge block is a fresh mapping, 1,024+ faults to touch.  With
+ * the bound at 4 MiB, large-mixed-1 (blocks of 32 KiB..4 MiB grown by
+ * realloc up to 16 MiB) took 1.53 M page faults, 70% of them for huge
+ * blocks, and 1.08x jemalloc's CPU time; at 8 MiB 0.90 M; at 16 MiB
+ * 0.75 M and about 0.7x jemalloc's CPU time, same peak RSS (all with the
+ * dirty bound at 2/5; with it at 1/3, as now: 0.96 M, 0.85x, README,
+ * "Large blocks").  Above 16 MiB, a block's own mapping costs little
+ * beside its faults, mremap grows it without copying, and unmapping it
+ * returns its address space at once.  mimalloc puts the boundary at
+ * 16 MiB too (1/2 of its segment); jemalloc nowhere (every size is an
+ * extent, those of 8 MiB and more purged at once).
  * The mapping count is then at most: chunks (heap bytes in extents / 64
- * MiB, plus one per arena in use) + huge blocks (heap bytes / 4 MiB) + 8
+ * MiB, plus one per arena in use) + huge blocks (heap bytes / 16 MiB) + 8
  * cached huge mappings: bounded by the heap's size, never by the number
  * of blocks.
  *
@@ -37,7 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LARGE_EXTENT_MAX   (4UL << 20)  /* bytes: larger blocks are huge */
+#define LARGE_EXTENT_MAX   (16UL << 20) /* bytes: larger blocks are huge */
 #define LARGE_ALIGN_MAX    (2UL << 20)  /* alignment extents serve */
 #define LARGE_STASH_SLOTS  8            /* blocks per CPU stash */
 #define LARGE_STASH_MAX    64           /* pages of one stashed block (256 KiB) */

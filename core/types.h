@@ -10,7 +10,7 @@
  *             by one struct sd_cache (classes/cache.h).
  *   tbin      a thread's active slab of one cache and its private freelist
  *             (classes/tcache.h).
- *   large     a block above the largest class: up to 4 MiB an extent of
+ *   large     a block above the largest class: up to 16 MiB an extent of
  *             whole pages in a 64 MiB chunk (core/extent.h), above that
  *             its own mapping found through a hash table (core/huge.c).
  *

@@ -541,11 +541,11 @@ Test(unit, large_realloc_grows_and_shrinks_in_place)
     q = sdm_realloc(p, 4 * MiB);
     cr_assert_neq(q, p);
     cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX, "contents lost moving");
-    /* Past the extent bound: a huge block, then mremap. */
-    q = sdm_realloc(q, 9 * MiB);
+    /* Past the extent bound (16 MiB): a huge block, then mremap. */
+    q = sdm_realloc(q, 17 * MiB);
     cr_assert_not_null(q);
     cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX);
-    q = sdm_realloc(q, 20 * MiB);
+    q = sdm_realloc(q, 40 * MiB);
     cr_assert_eq(check(q, 100 * KiB, 7), SIZE_MAX);
     sdm_free(q);
     sdm_free(a[2]);
@@ -613,7 +613,7 @@ Test(unit, large_trim_purges_free_extents)
 
 Test(unit, large_stats_fields)
 {
-    void *a = sdm_malloc(100 * KiB), *b = sdm_malloc(2 * MiB), *h = sdm_malloc(6 * MiB);
+    void *a = sdm_malloc(100 * KiB), *b = sdm_malloc(2 * MiB), *h = sdm_malloc(20 * MiB);
     cr_assert(a && b && h);
     struct large_stats st;
     large_get_stats(&st);
@@ -643,6 +643,45 @@ Test(unit, large_stats_fields)
     cr_assert_not_null(strstr(l, " purged ("));
     cr_assert_not_null(strstr(l, "mappings: "));
     sdm_free(h);
+}
+
+/* A thread that allocates from an arena and frees its blocks leaves them
+ * dirty or stashed; when it ends and was that arena's last thread, they
+ * are all purged at once (core/large.c, as jemalloc does). */
+static void *large_churn(void *arg)
+{
+    (void)arg;
+    void *p[16];
+    for (int i = 0; i < 16; i++) {
+        p[i] = sdm_malloc((size_t)(40 + 60 * i) * KiB);
+        cr_assert_not_null(p[i]);
+        memset(p[i], 0x33, (size_t)(40 + 60 * i) * KiB);
+    }
+    for (int i = 0; i < 16; i++)
+        sdm_free(p[i]);
+    struct large_stats st;
+    large_get_stats(&st);
+    cr_assert_gt(st.dirty_bytes + st.cached_bytes, 0, "nothing left dirty or stashed");
+    return NULL;
+}
+
+Test(unit, large_thread_end_purges_its_arena)
+{
+    /* Threads take arenas in turn: if this one shares its arena with a
+     * thread still bound to it (this test's main thread, say), the next
+     * one does not. */
+    struct large_stats st;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        sdm_trim();
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, large_churn, NULL), 0);
+        pthread_join(t, NULL);
+        large_get_stats(&st);
+        if (!st.dirty_bytes && !st.cached_bytes)
+            return;
+    }
+    cr_assert_fail("after the thread ended: %zu bytes dirty, %zu stashed",
+                   st.dirty_bytes, st.cached_bytes);
 }
 
 /* ---- the validator checks owned slabs too (issue 14) ----------------------- */

@@ -337,13 +337,15 @@ Test(stress, cross_thread_frees, .timeout = 120)
 }
 
 /* Large blocks (extents, issue 12) between threads: 33 KiB..3 MiB and a
- * few huge ones, half sent to another thread to free, some realloc'd
- * (grown or shrunk, in place or not) by the thread that frees them. */
+ * few of 12..20 MiB (either side of the 16 MiB extent bound: the biggest
+ * extents and huge blocks), half sent to another thread to free, some
+ * realloc'd (grown or shrunk, in place or not) by the thread that frees
+ * them. */
 static size_t pick_large(uint64_t *rs)
 {
     uint64_t r = rnd(rs);
     if (r % 64 == 0)
-        return (5u << 20) + (r >> 8) % (3u << 20);     /* huge */
+        return (12u << 20) + (r >> 8) % (8u << 20);    /* big or huge */
     size_t base = (33u << 10) << (r % 6);              /* 33 KiB .. 1 MiB */
     return base + (r >> 8) % (2 * base);
 }
