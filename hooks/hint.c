@@ -17,7 +17,7 @@
  * free pages around them are purged page by page (MADV_DONTNEED after the
  * decay, or at once by sd_shrink_all), so a sparse chunk costs no memory,
  * only address space.  Moving a block to empty a chunk would copy it (up
- * to 4 MiB) to return nothing resident; and chunks are never unmapped,
+ * to 16 MiB) to return nothing resident; and chunks are never unmapped,
  * so that a stale pointer into one is diagnosed, as with segments.
  */
 #include <string.h>
