@@ -376,6 +376,8 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
 /* ---------------------------------------------------------------- */
 /* Slabs                                                             */
 
+static void empty_want_note(struct sd_cache *c);
+
 struct slab *cache_slab_new(struct sd_cache *c)
 {
     unsigned kind = c->kind;
@@ -401,6 +403,7 @@ struct slab *cache_slab_new(struct sd_cache *c)
     slab_set_state(s, SLAB_UNUSED);     /* fbin: none until it is allocated from */
     __atomic_fetch_add(&c->nr_slabs, 1, __ATOMIC_RELAXED);
     cache_stat_add(c, SD_STAT_SLAB_NEW, 1);
+    empty_want_note(c);
     return s;
 }
 
@@ -436,25 +439,68 @@ void cache_partial_del_locked(struct sd_cache *c, struct slab *s)
         c->defrag_fill = NULL;
 }
 
-/* An empty slab: keep it or hand it back.  A cache keeps up to
- * retain_empty empty slabs, or an eighth of its slabs if that is more (a
- * busy cache whose slabs cycle between threads would otherwise purge and
- * fault in a slab per cycle); kept ones go back after the decay. */
+/* Empty slabs: keep them or hand them back.  A cache keeps up to
+ * retain_empty empty slabs, an eighth of its slabs, or empty_want if that
+ * is more; kept ones go back once they have stayed unused for the decay
+ * (cache_release_empty), the newest are reused first.  empty_want is the
+ * hysteresis: each slab the cache had to create within the decay after
+ * this bound released one adds one (cache_slab_new), up to half its
+ * slabs or EMPTY_WANT_FLOOR, and a decay without such a release halves
+ * it.  While it is not 0 the cache is churning, and a free into a big
+ * class leaves the purge of its sparse slabs' pages to the decay pass
+ * (a slab with purged pages is released when it empties, never kept: it
+ * would have to fault them back in to be reused).  Without it, a
+ * cache whose slabs cycle between threads faster than an eighth of them
+ * could absorb created, formatted (faulting every page in) and released
+ * a slab per cycle: xthread's 288..512 B classes made and released
+ * 25,000 slabs in 0.6 s, two thirds of its CPU time in the kernel.  A
+ * cache that only grows, or only shrinks, keeps its eighth. */
+#define EMPTY_WANT_MAX 4096
+#define EMPTY_WANT_FLOOR 64
+
 static int empty_add_locked(struct sd_cache *c, struct slab *s)
 {
     SD_ASSERT(sd_mutex_held(&c->list_lock));
-    size_t keep = __atomic_load_n(&c->nr_slabs, __ATOMIC_RELAXED) / 8;
+    size_t n = __atomic_load_n(&c->nr_slabs, __ATOMIC_RELAXED);
+    size_t keep = n / 8, want = __atomic_load_n(&c->empty_want, __ATOMIC_RELAXED);
+    if (want > n / 2 && want > EMPTY_WANT_FLOOR)
+        want = n / 2 > EMPTY_WANT_FLOOR ? n / 2 : EMPTY_WANT_FLOOR;
+    if (keep < want)
+        keep = want;
     if (keep < sd_opt.retain_empty)
         keep = sd_opt.retain_empty;
-    if (c->nr_empty < keep && !c->dead && !s->mesh_alias && !slab_purged(s)) {
+    if (c->dead || s->mesh_alias) {
+        slab_set_state(s, SLAB_RELEASING);
+        return 1;
+    }
+    uint64_t now = os_now_ns();
+    if (c->nr_empty < keep && !slab_purged(s)) {
         slab_set_state(s, SLAB_EMPTY);
-        s->empty_since = os_now_ns();
+        s->empty_since = now;
         list_add_head(&c->empty, &s->link);
         cnt_add(&c->nr_empty, 1);
         return 0;
     }
+    __atomic_store_n(&c->empty_released_ns, now, __ATOMIC_RELAXED);
     slab_set_state(s, SLAB_RELEASING);
     return 1;
+}
+
+static inline int cache_churning(const struct sd_cache *c)
+{
+    return __atomic_load_n(&c->empty_want, __ATOMIC_RELAXED) != 0;
+}
+
+/* A new slab was needed (no partial or empty one): if the bound above
+ * released one within the decay, want one more kept (no lock: a lost
+ * update only delays the growth by one). */
+static void empty_want_note(struct sd_cache *c)
+{
+    uint64_t rel = __atomic_load_n(&c->empty_released_ns, __ATOMIC_RELAXED);
+    uint32_t want = __atomic_load_n(&c->empty_want, __ATOMIC_RELAXED);
+    if (rel && os_now_ns() - rel < (uint64_t)sd_opt.decay_ms * 1000000ull &&
+        want < EMPTY_WANT_MAX)
+        __atomic_store_n(&c->empty_want, want + 1, __ATOMIC_RELAXED);
 }
 
 int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail)
@@ -494,7 +540,9 @@ size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail)
  * pages are free too (80 B in 16 KiB slabs: 204 objects, 51 per page,
  * often one run of keys alive in a slab that spans seven).  Those pages
  * go back to the OS while the slab lives.  In a big class (PURGE_EACH_FREE),
- * when a free leaves a PARTIAL slab at most a quarter in use; in a small
+ * when a free leaves a PARTIAL slab at most a quarter in use, unless the
+ * cache is churning (cache_churning, "Empty slabs" above: then, as in
+ * every class, from the decay pass); in a small
  * one (PURGE_IN_PASSES), whose slab holds up to 1,024 objects to walk,
  * from the shrinker's decay pass (cache_purge_sparse: a slab that stayed
  * sparse at the tail of the partial list; done on each free, it doubled
@@ -546,7 +594,8 @@ static void slab_purge_pages_locked(struct sd_cache *c, struct slab *s)
     cache_stat_add(c, SD_STAT_BYTES_RELEASED, (size_t)n << SLAB_PAGE_SHIFT);
 }
 
-/* The decay pass's purge of small classes: from the tail of each partial
+/* The decay pass's purge (every class that purges pages: a big class
+ * that churned left its sparse slabs to it): from the tail of each partial
  * list, where the sparse slabs are (allocation takes the head), the slabs
  * not purged yet, no further than the first slab that is not sparse or
  * PURGE_WALK steps, until `deadline`.  They are picked PURGE_BATCH at a
@@ -580,7 +629,7 @@ size_t cache_purge_sparse(uint64_t deadline)
     size_t pages = 0;
     for (unsigned i = 0; i < SD_NCLASSES; i++) {
         struct sd_cache *c = &sd_malloc_caches[i];
-        if (c->page_purge != PURGE_IN_PASSES)
+        if (c->page_purge == PURGE_NONE)
             continue;
         unsigned long before = cache_stat_read(c, SD_STAT_PAGES_PURGED);
         struct slab *pick[PURGE_BATCH];
@@ -650,7 +699,7 @@ int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
         int release = cache_slab_settle_locked(c, s, sparse);
         if (sparse && !release && s->state == SLAB_PARTIAL) {
             cache_note_sparse(c);
-            if (c->page_purge == PURGE_EACH_FREE)
+            if (c->page_purge == PURGE_EACH_FREE && !cache_churning(c))
                 slab_purge_pages_locked(c, s);
         }
         return release;
@@ -667,7 +716,7 @@ int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
             sd_mutex_unlock(&c->list_lock);
             cache_note_sparse(c);
         }
-        if (c->page_purge == PURGE_EACH_FREE)
+        if (c->page_purge == PURGE_EACH_FREE && !cache_churning(c))
             slab_purge_pages_locked(c, s);
         return 0;
     }
@@ -718,6 +767,8 @@ size_t cache_release_empty(struct sd_cache *c, int all)
     struct sd_list doomed;
     list_init(&doomed);
     sd_mutex_lock(&c->list_lock);
+    if (all || now - __atomic_load_n(&c->empty_released_ns, __ATOMIC_RELAXED) >= decay)
+        __atomic_store_n(&c->empty_want, all ? 0 : c->empty_want / 2, __ATOMIC_RELAXED);
     for (struct sd_list *l = c->empty.prev, *p; l != &c->empty; l = p) {
         p = l->prev;
         struct slab *s = list_entry(l, struct slab, link);

@@ -53,6 +53,10 @@ struct sd_cache {
     size_t    nr_partial;
     struct sd_list empty;       /* retained empty slabs, oldest last */
     size_t    nr_empty;
+    uint32_t  empty_want;       /* empties to keep beyond the eighth: slabs
+                                   it had to make soon after releasing one
+                                   (list lock; cache.c "Empty slabs") */
+    uint64_t  empty_released_ns;  /* when the bound last released one */
     struct slab *defrag_fill;   /* sd_defrag_realloc's target slab, or NULL */
     size_t    nr_slabs;         /* slabs held (atomic) */
     unsigned long stat[SD_NSTATS];  /* atomic counters */
