@@ -56,15 +56,18 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     s->size = size;
     s->capacity = capacity;
     s->recip = ((1ULL << 40) + size - 1) / size;
-    /* Divisibility by size in one multiply: off % size == 0 iff off has tz
-     * low zero bits and ror(off * inv, tz) <= divlim (Hacker's Delight 10-17). */
+    /* Membership in one multiply: off % size == 0 iff off has tz low zero
+     * bits and ror(off * inv, tz) <= (2^64-1) / size (Hacker's Delight
+     * 10-17), and then that value is off / size.  So ror(off * inv, tz) <=
+     * capacity - 1 holds exactly for the offsets of the slab's objects
+     * (an offset below start wraps to a multiple far above the last). */
     unsigned tz = (unsigned)__builtin_ctz(size);
     uint64_t odd = size >> tz, inv = odd;
     for (int i = 0; i < 5; i++)
         inv *= 2 - odd * inv;               /* Newton: inv * odd == 1 */
     s->tz = (uint8_t)tz;
     s->inv = inv;
-    s->divlim = UINT64_MAX / size;
+    s->divlim = capacity - 1;
     s->span = size * capacity;
     s->inuse = 0;
     void *last = NULL;

@@ -98,11 +98,12 @@ uint32_t slab_purged_objects(const struct slab *s);
 /* Is p the address of an object of s (inside and on a boundary)? */
 static inline int slab_contains(const struct slab *s, const void *p)
 {
-    /* off % size == 0 as a rotate of one product (see slab_format). */
+    /* off % size == 0 and off / size < capacity, as a rotate of one
+     * product and one compare (see slab_format). */
     uint64_t off = (uintptr_t)p - (uintptr_t)s->start;
     uint64_t q = off * s->inv;
     q = (q >> s->tz) | (q << ((64 - s->tz) & 63));
-    return off < s->span && q <= s->divlim;
+    return q <= s->divlim;
 }
 
 /* The next free object after free object p of s: NULL or an object of s,

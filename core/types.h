@@ -118,7 +118,7 @@ struct slab {
     uintptr_t owner;          /* tcache token of the active thread, or 0 */
     char     *start;          /* first object */
     uint64_t  inv;            /* inverse of size's odd part mod 2^64 */
-    uint64_t  divlim;         /* (2^64-1) / size */
+    uint64_t  divlim;         /* capacity - 1: slab_contains */
     void     *local_free;     /* ACTIVE/OWNED: the owner's frees, no lock */
     /* Second line: the locked paths. */
     uint32_t  capacity;       /* objects per slab */

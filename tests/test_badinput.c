@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "child.h"
+#include "slabdefrag.h"
 
 /* Called through volatile pointers so that the compiler neither warns
  * about nor folds the bad calls. */
@@ -80,6 +81,8 @@ enum source {
                      * looks like a segment start to a lookup that trusts alignment */
     BLOCK,          /* malloc(size) + offset: an interior pointer, or (offset 0)
                      * the block itself for a call that frees it twice */
+    SLAB_TAIL,      /* where one more object would start after the last of
+                     * malloc(size)'s slab: on the object grid, past the end */
 };
 
 struct bad_call {
@@ -121,9 +124,20 @@ static void run_bad_call(struct bad_call b)
         }
         break;
     case BLOCK:
+    case SLAB_TAIL:
         base = malloc_fn(b.size);
         cr_assert_not_null(base);
         break;
+    }
+    if (b.from == SLAB_TAIL) {
+        char name[32];
+        struct sd_cache_info in;
+        snprintf(name, sizeof name, "malloc-%zu", malloc_usable_size(base));
+        cr_assert_eq(sd_cache_get_info(sd_cache_find(name), &in), 0, "no cache %s", name);
+        cr_assert_gt(in.slab_size, in.objects_per_slab * in.object_size,
+                     "%s's slabs have no tail", name);
+        uintptr_t slab = (uintptr_t)base & ~(uintptr_t)(in.slab_size - 1);
+        b.offset = slab + in.objects_per_slab * in.object_size - (uintptr_t)base;
     }
     void *p = base + b.offset;
     struct child c;
@@ -141,7 +155,7 @@ static void run_bad_call(struct bad_call b)
         cr_assert(find_line(&c, report, line, sizeof line), "stderr:\n%s", c.err);
         cr_assert(strstr(line, b.names) != NULL, "\"%s\" not named: %s", b.names, line);
     }
-    if (b.from == BLOCK)
+    if (b.from == BLOCK || b.from == SLAB_TAIL)
         free(base);
 }
 
@@ -156,6 +170,9 @@ Test(badinput, free_own_mmap_segment_aligned) BAD(MAPPING_4M, 0,  16384 + 64, fr
 Test(badinput, free_interior_small)           BAD(BLOCK,      64,          8, free_once,   FREE_BAD)
 Test(badinput, free_interior_medium)          BAD(BLOCK,      5000,     2048, free_once,   FREE_BAD)
 Test(badinput, free_interior_large)           BAD(BLOCK,      1 << 20,    16, free_once,   FREE_BAD)
+/* On the object grid, one past the last object of a 16 KiB slab of 448 B
+ * objects (36 of them, 256 B left over): outside the slab's objects. */
+Test(badinput, free_past_last_object)         BAD(SLAB_TAIL,  440,         0, free_once,   FREE_BAD)
 /* Page aligned inside an extent block: not a block start. */
 Test(badinput, free_extent_next_page)         BAD(BLOCK,      1 << 20,  4096, free_once,   FREE_BAD)
 Test(badinput, usable_size_extent_next_page)  BAD(BLOCK,      1 << 20,  4096, usable,      USABLE_BAD)
