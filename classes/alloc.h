@@ -120,8 +120,7 @@ static inline void cache_free_fast(struct slab *s, void *p, const char *call)
     if (likely(base)) {
         if (likely(slab_contains(s, p))) {
             pcpu_tsan_release(p);
-            int why = pcpu_push(base, rseq_self(), s,
-                                __builtin_offsetof(struct slab, fbin), p);
+            int why = pcpu_push(base, rseq_self(), s, p);
             if (likely(why == 0))
                 return;
             pcpu_free_slow(s, p, call, why);

@@ -22,8 +22,17 @@ static inline void *malloc_small(size_t n)
 {
     unsigned cls = sizeclass_of(n);
     char *base = sd_tc.pcpu;
-    if (likely(base))
-        return pcpu_alloc(&sd_malloc_caches[cls], cls, base);
+#if SD_HAVE_RSEQ
+    /* The pop inline here, so that the cache's address is only computed
+     * on the paths that need it (the slow ones). */
+    if (likely(base)) {
+        void *p = pcpu_pop(base, rseq_self(), cls);
+        if (unlikely(!p))
+            return pcpu_alloc_slow(&sd_malloc_caches[cls]);
+        pcpu_tsan_acquire(p);
+        return p;
+    }
+#endif
     return cache_alloc_thread(&sd_malloc_caches[cls], &sd_tc.bins[cls]);
 }
 

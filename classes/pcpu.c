@@ -342,7 +342,7 @@ void pcpu_free_slow(struct slab *s, void *p, const char *call, int why)
     struct pcpu_hdr *h = hdr_of(cpu, id);
     uint32_t bounds = __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED);
     if (!bounds) {
-        int r = hdr_setup(c, cpu) ? pcpu_push(t->pcpu, rs, s, offsetof(struct slab, fbin), p) : 1;
+        int r = hdr_setup(c, cpu) ? pcpu_push(t->pcpu, rs, s, p) : 1;
         if (r == 2)
             report_double_free(call, p, c);
         if (r)

@@ -35,6 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "types.h"
+
 #define PCPU_REGION_SHIFT 20                  /* 1 MiB of address space */
 #define PCPU_REGION       (1UL << PCPU_REGION_SHIFT)
 #define PCPU_STATS_OFF    (16u << 10)
@@ -108,12 +110,18 @@ static inline struct rseq_area *rseq_self(void)
     "movzwl %w[" c "], %k[" c "]\n\t"
 
 /* Pop one object of cache id from this CPU; NULL if none (empty, locked
- * or not set up).  Two loads, one store, no atomic. */
+ * or not set up).  Two loads, one store, no atomic.
+ *
+ * The fast pop and push are asm goto: once inlined, their failure cases
+ * jump straight to the caller's slow path, with no status to test.  They
+ * say __volatile__ although asm goto is meant to be volatile anyway: GCC
+ * 12 deletes an asm goto whose outputs are unused (the push's are all
+ * scratch registers) unless told. */
 static inline void *pcpu_pop(char *base, struct rseq_area *rs, size_t id)
 {
     void *p;
     uintptr_t h, cur, t;
-    __asm__ __volatile__(
+    __asm__ __volatile__ goto(
         RSEQ_SECTIONS("%=")
         RSEQ_ENTER("%=", "rs")
         "leaq (%%rax,%[id],8), %[h]\n\t"
@@ -121,65 +129,62 @@ static inline void *pcpu_pop(char *base, struct rseq_area *rs, size_t id)
         HDR_CUR("t", "cur")
         "movzwl %w[t], %k[t]\n\t"          /* begin */
         "cmpl %k[t], %k[cur]\n\t"
-        "jbe .Lsd_empty%=\n\t"
+        "jbe %l[empty]\n\t"
         "subl $1, %k[cur]\n\t"
         "movq 65536(%%rax,%[cur],8), %[p]\n\t"
         "movw %w[cur], 4(%[h])\n"           /* commit */
-        ".Lsd_commit%=:\n\t"
-        "jmp .Lsd_done%=\n"
-        ".Lsd_empty%=:\n\t"
-        "xorl %k[p], %k[p]\n"
-        ".Lsd_done%=:\n"
+        ".Lsd_commit%=:\n"
         : [p] "=&r"(p), [h] "=&r"(h), [cur] "=&r"(cur), [t] "=&r"(t)
         : [rs] "r"(rs), [base] "r"(base), [id] "r"(id)
-        : "rax", "memory", "cc");
+        : "rax", "memory", "cc"
+        : empty);
+    if (!p)
+        __builtin_unreachable();    /* a stack never holds NULL */
     return p;
+empty:
+    return NULL;
 }
 
 /* Push object p of slab `slab` onto this CPU's stack of the cache id the
- * slab routes frees to (a uint16_t at bin_off, read inside the sequence,
+ * slab routes frees to (its fbin, read inside the sequence,
  * so that a drainer's fence covers a slab whose routing it changed).
  * Returns 0 pushed; 1 full, locked, not set up or routed nowhere; 2 p is
  * the object on top already (a double free). */
-static inline int pcpu_push(char *base, struct rseq_area *rs, const void *slab,
-                            size_t bin_off, void *p)
+static inline int pcpu_push(char *base, struct rseq_area *rs, const struct slab *slab,
+                            void *p)
 {
-    int ret;
     uintptr_t h, cur, t, e;
-    __asm__ __volatile__(
+    __asm__ __volatile__ goto(
         RSEQ_SECTIONS("%=")
         RSEQ_ENTER("%=", "rs")
-        "movzwl (%[slab],%[boff]), %k[h]\n\t"
+        "movzwl %c[boff](%[slab]), %k[h]\n\t"
         "leaq (%%rax,%[h],8), %[h]\n\t"
         "movq (%[h]), %[t]\n\t"           /* the header, at once */
         HDR_CUR("t", "cur")
         "movl %k[t], %k[e]\n\t"
         "shrl $16, %k[e]\n\t"              /* end */
         "cmpl %k[e], %k[cur]\n\t"
-        "jae .Lsd_full%=\n\t"
+        "jae %l[full]\n\t"
         "movzwl %w[t], %k[t]\n\t"          /* begin */
         "cmpl %k[t], %k[cur]\n\t"
         "jbe .Lsd_put%=\n\t"
         "cmpq %[p], 65528(%%rax,%[cur],8)\n\t"
-        "je .Lsd_dup%=\n"
+        "je %l[dup]\n"
         ".Lsd_put%=:\n\t"
         "movq %[p], 65536(%%rax,%[cur],8)\n\t"
         "addl $1, %k[cur]\n\t"
         "movw %w[cur], 4(%[h])\n"           /* commit */
-        ".Lsd_commit%=:\n\t"
-        "xorl %[ret], %[ret]\n\t"
-        "jmp .Lsd_done%=\n"
-        ".Lsd_full%=:\n\t"
-        "movl $1, %[ret]\n\t"
-        "jmp .Lsd_done%=\n"
-        ".Lsd_dup%=:\n\t"
-        "movl $2, %[ret]\n"
-        ".Lsd_done%=:\n"
-        : [ret] "=&r"(ret), [h] "=&r"(h), [cur] "=&r"(cur), [t] "=&r"(t), [e] "=&r"(e)
-        : [rs] "r"(rs), [base] "r"(base), [slab] "r"(slab), [boff] "r"(bin_off),
+        ".Lsd_commit%=:\n"
+        : [h] "=&r"(h), [cur] "=&r"(cur), [t] "=&r"(t), [e] "=&r"(e)
+        : [rs] "r"(rs), [base] "r"(base), [slab] "r"(slab), [boff] "i"(offsetof(struct slab, fbin)),
           [p] "r"(p)
-        : "rax", "memory", "cc");
-    return ret;
+        : "rax", "memory", "cc"
+        : full, dup);
+    return 0;
+full:
+    return 1;
+dup:
+    return 2;
 }
 
 /* Pop up to n (>= 1) objects of cache id into out[]; returns how many. */

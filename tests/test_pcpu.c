@@ -66,7 +66,7 @@ static void setup(void)
 
 static int push(void *p)
 {
-    return pcpu_push(region, rseq_self(), &fake, __builtin_offsetof(struct slab, fbin), p);
+    return pcpu_push(region, rseq_self(), &fake, p);
 }
 
 static void pin(unsigned cpu)
