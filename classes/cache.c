@@ -79,6 +79,13 @@
  *                              alone, and fork takes it before the
  *                              segment locks only because nothing waits
  *                              under it).
+ *      transfer cache locks    (sd_spin, classes/xfer.h) one per malloc
+ *                              class: held for a copy of pointers in or out
+ *                              of its array, with no other allocator lock
+ *                              held and none taken under it (a flush copies
+ *                              the objects out, then returns them to the
+ *                              slabs after unlocking); fork takes them all
+ *                              right after pcpu_lock.
  *
  * mesh_lock (classes/mesh.c) serialises mesh passes and is taken with no
  * other allocator lock held; under it a pass takes list locks and slab
@@ -95,7 +102,8 @@
  * thread's slabs by owner (classes/fork.c).
  *
  * The fork handler (classes/fork.c) takes reclaim_lock and pcpu_lock
- * first (no reclaim and no drain is half done in the child; the stacks
+ * first, and with pcpu_lock every transfer cache's lock
+ * (no reclaim and no drain is half done in the child; the stacks
  * themselves are consistent at every instant, each sequence committing
  * with one store), then sd_caches_lock, the thread registry, the segment
  * kind locks and the large-block leaves (nobody holding one waits for a

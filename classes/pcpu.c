@@ -12,7 +12,8 @@
  * tcmalloc's 3 MiB per CPU, and the refill and drain batches (cap / 2)
  * stay long enough that the slab locks are taken about once per 16..128
  * operations of the small classes that dominate most programs.  A thread
- * keeps nothing of it: 1,024 threads on 2 CPUs cache at most about 4 MiB.
+ * keeps nothing of it: 1,024 threads on 2 CPUs cache at most about 4 MiB,
+ * and the transfer caches (xfer.h) one more CPU's worth: 6 MiB.
  *
  * Slot ranges: every cache id gets the same range [begin, begin + cap) of
  * every CPU's slot array, at its first use, from one bump pointer.  When
@@ -24,7 +25,10 @@
  * objects to their slabs (slab locks, list locks, segment leaves), and it
  * is never taken with another allocator lock held (classes/cache.c).
  * The fast paths take no lock; a thread's own overflow and refill go
- * through rseq batch pops and pushes, never through pcpu_lock.
+ * through rseq batch pops and pushes, never through pcpu_lock, and through
+ * the transfer caches' leaf locks.  Batches on their way between a stack
+ * and a slab or a transfer cache are counted per CPU as begun and ended
+ * (LIMBO_*), which pcpu_quiesce waits to meet.
  */
 #define _GNU_SOURCE
 #include "pcpu.h"
@@ -38,6 +42,7 @@
 #include "options.h"
 #include "os.h"
 #include "tcache.h"
+#include "xfer.h"
 
 int sd_pcpu_on;
 
@@ -97,7 +102,7 @@ static unsigned possible_cpus(void)
     return hi + 1;
 }
 
-static unsigned cap_for(uint32_t size)
+unsigned pcpu_cap(uint32_t size)
 {
     size_t share = ((size_t)sd_opt.percpu_kb << 10) / SD_NCLASSES;
     size_t cap = share / size;
@@ -143,7 +148,7 @@ static int id_assign_locked(const struct sd_cache *c)
     unsigned id = c->id;
     if (id_cap[id])
         return id_cap[id] != PCPU_NO_SLOTS;
-    unsigned cap = cap_for(c->size);
+    unsigned cap = pcpu_cap(c->size);
     if ((unsigned)slot_next + cap > PCPU_MAX_SLOTS) {
         id_cap[id] = PCPU_NO_SLOTS;
         return 0;
@@ -242,7 +247,7 @@ size_t pcpu_cached(uint16_t id)
         return 0;
     for (unsigned cpu = 0; cpu < ncpu; cpu++)
         n += hdr_cached(hdr_of(cpu, id));
-    return n;
+    return n + xfer_cached(id);
 }
 
 size_t pcpu_cpu_bytes(unsigned cpu)
@@ -265,8 +270,9 @@ void pcpu_get_info(struct pcpu_info *out)
     out->on = __atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE);
     out->ncpu = ncpu;
     out->budget_bytes = (size_t)sd_opt.percpu_kb << 10;
+    out->transfer_bytes = out->on ? xfer_bytes() : 0;
     for (unsigned i = 0; i < SD_NCLASSES; i++)
-        out->bound_bytes += (size_t)cap_for(sizeclass_size[i]) * sizeclass_size[i];
+        out->bound_bytes += (size_t)pcpu_cap(sizeclass_size[i]) * sizeclass_size[i];
 }
 
 /* ---------------------------------------------------------------- */
@@ -294,16 +300,32 @@ void *pcpu_alloc_slow(struct sd_cache *c)
     }
     if (bounds == PCPU_LOCKED_BOUNDS)           /* a drain is under way */
         return cache_alloc_direct(c, NULL, 0);
-    /* Refill half the stack from the slabs; the first object is ours. */
+    /* Refill half the stack, from the transfer cache or else from the
+     * slabs; the first object is ours.  A batch from the transfer cache
+     * is on no stack and no freelist until it is pushed: counted as
+     * begun and ended, as a drain's (pcpu_quiesce). */
     unsigned want = __atomic_load_n(&h->cap, __ATOMIC_RELAXED) / 2 + 1, got;
     void *buf[CAP_MAX / 2 + 1];
-    struct slab *src = cache_take_refill(c, buf, want, &got);
-    if (!src) {
-        errno = ENOMEM;
-        return NULL;
+    struct slab *src = NULL;
+    unsigned long *limbo_end = NULL;
+    if (c->is_malloc) {
+        __atomic_fetch_add(counter_of(cpu, c->id, LIMBO_BEGIN), 1, __ATOMIC_SEQ_CST);
+        limbo_end = counter_of(cpu, c->id, LIMBO_END);
+        got = xfer_take(c, buf, want);
+        if (!got) {
+            __atomic_fetch_add(limbo_end, 1, __ATOMIC_RELEASE);
+            limbo_end = NULL;
+        }
+    }
+    if (!limbo_end) {
+        src = cache_take_refill(c, buf, want, &got);
+        if (!src) {
+            errno = ENOMEM;
+            return NULL;
+        }
     }
     pcpu_stat_add(c->id, SD_STAT_ALLOC_REFILL, 1);
-    if (got > 1) {
+    if (src && got > 1) {
         /* The slab hands objects out in address order (a resequenced
          * freelist): the stack must pop them in that order too. */
         for (unsigned i = 1, j = got - 1; i < j; i++, j--) {
@@ -311,16 +333,21 @@ void *pcpu_alloc_slow(struct sd_cache *c)
             buf[i] = buf[j];
             buf[j] = x;
         }
+    }
+    if (got > 1) {
         for (unsigned i = 1; i < got; i++)
             pcpu_tsan_release(buf[i]);
         unsigned pushed = pcpu_push_n(t->pcpu, rs, c->id, buf + 1, got - 1);
         if (pushed < got - 1)                   /* migrated, or another thread filled it */
             cache_return_objects(buf + 1 + pushed, got - 1 - pushed, "malloc");
     }
-    /* Every object is on a stack or back on src: a vacate waiting for
-     * src may go on.  buf[0] is still ours, so src cannot be empty and
-     * released under this store. */
-    __atomic_fetch_sub(&src->feeding, 1, __ATOMIC_RELEASE);
+    /* Every object is on a stack or back on its slab: a vacate waiting
+     * for src, or for the batch, may go on.  buf[0] is still ours, so src
+     * cannot be empty and released under this store. */
+    if (src)
+        __atomic_fetch_sub(&src->feeding, 1, __ATOMIC_RELEASE);
+    else
+        __atomic_fetch_add(limbo_end, 1, __ATOMIC_RELEASE);
     cache_decay_tick();
     return buf[0];
 }
@@ -365,7 +392,9 @@ void pcpu_free_slow(struct slab *s, void *p, const char *call, int why)
         pcpu_tsan_acquire(buf[i]);
     buf[n++] = p;
     pcpu_stat_add(c->id, SD_STAT_FREE_REMOTE, 1);
-    cache_return_objects(buf, n, call);
+    unsigned put = xfer_put(c, buf, n);         /* another CPU's next refill */
+    if (put < n)
+        cache_return_objects(buf + put, n - put, call);
     __atomic_fetch_add(counter_of(cpu, (uint16_t)id, LIMBO_END), 1, __ATOMIC_RELEASE);
 }
 
@@ -426,6 +455,7 @@ void pcpu_drain(const struct sd_cache *only)
                                      __ATOMIC_RELEASE);
             }
     }
+    xfer_flush(only);                   /* what the stacks handed on */
     sd_mutex_unlock(&pcpu_lock);
 }
 
@@ -470,6 +500,10 @@ int pcpu_quiesce(const struct sd_cache *c, struct slab *s)
 {
     if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE))
         return 1;
+    /* Closed first: no batch goes into or out of the transfer cache from
+     * here on, and what it held goes back to the slabs; the batches that
+     * came out of it before are waited for below, as limbo. */
+    xfer_close(c);
     pcpu_drain(c);
     for (unsigned i = 0;; i++) {
         /* Ends first, then begins: equal means that at some instant in
@@ -478,8 +512,10 @@ int pcpu_quiesce(const struct sd_cache *c, struct slab *s)
         unsigned long begun = counter_sum(c->id, LIMBO_BEGIN);
         if (ended == begun && !__atomic_load_n(&s->feeding, __ATOMIC_ACQUIRE))
             break;
-        if (i == 2000)
+        if (i == 2000) {
+            xfer_open(c);
             return 0;                   /* about 20 ms: a thread was preempted */
+        }
         if (i < 64)
             __builtin_ia32_pause();
         else
@@ -487,6 +523,7 @@ int pcpu_quiesce(const struct sd_cache *c, struct slab *s)
     }
     /* A refill may have pushed objects of s after the first drain. */
     pcpu_drain(c);
+    xfer_open(c);
     return 1;
 }
 
@@ -496,10 +533,12 @@ int pcpu_quiesce(const struct sd_cache *c, struct slab *s)
 void pcpu_drain_lock(void)
 {
     sd_mutex_lock(&pcpu_lock);
+    xfer_lock_all();
 }
 
 void pcpu_drain_unlock(int child)
 {
+    xfer_unlock_all(child);
     if (child) {
         sd_mutex_reset_child(&pcpu_lock);
         if (sd_pcpu_on)

@@ -32,6 +32,9 @@ _Static_assert(SD_MAX_CACHES == SD_BIN_NONE, "PCPU_BIN_NONE is the last header")
 /* 1 once per-CPU caches are in use (set at start-up, never cleared). */
 extern SD_HIDDEN int sd_pcpu_on;
 
+/* A cache's stack size, in objects, for objects of `size` bytes: the
+ * per-CPU budget's equal share (pcpu.c), between 2 and 256. */
+unsigned pcpu_cap(uint32_t size);
 /* Decide the mode (cache_init, under sd_caches_lock). */
 void pcpu_init(void);
 /* Start using the per-CPU caches on this thread (sd_tc.pcpu); 1 if it
@@ -95,6 +98,7 @@ struct pcpu_info {
     unsigned ncpu;              /* possible CPUs */
     size_t   bound_bytes;       /* per CPU, the malloc classes' caps */
     size_t   budget_bytes;      /* SLABDEFRAG_PERCPU_KB */
+    size_t   transfer_bytes;    /* held by the transfer caches (xfer.h) */
 };
 void pcpu_get_info(struct pcpu_info *out);
 /* Bytes cached on cpu (all caches). */

@@ -203,7 +203,7 @@ static void text_totals(struct out *o, const struct totals *t)
                 pc.ncpu, pc.bound_bytes >> 10);
         for (unsigned cpu = 0; cpu < pc.ncpu && cpu < 64; cpu++)
             out_fmt(o, " cpu%u %zu KiB", cpu, pcpu_cpu_bytes(cpu) >> 10);
-        out_put(o, "\n", 1);
+        out_fmt(o, "; transfer %zu KiB\n", pc.transfer_bytes >> 10);
     } else {
         out_fmt(o, "Caches: per-thread (%s)\n",
                 sd_opt.percpu ? "rseq or membarrier unavailable" : "SLABDEFRAG_PERCPU=0");
@@ -297,7 +297,7 @@ static void json_totals(struct out *o, const struct totals *t)
             pc.on ? pc.bound_bytes : 0);
     for (unsigned cpu = 0; pc.on && cpu < pc.ncpu; cpu++)
         out_fmt(o, "%s%zu", cpu ? "," : "", pcpu_cpu_bytes(cpu));
-    out_put(o, "]}", 2);
+    out_fmt(o, "],\"transfer_bytes\":%zu}", pc.transfer_bytes);
     struct mesh_stats m;
     mesh_get_stats(&m);
     out_fmt(o, ",\"mesh\":{\"enabled\":%s,\"meshes\":%lu,\"unmeshes\":%lu,"

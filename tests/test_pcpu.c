@@ -27,6 +27,8 @@
 #include "pcpu.h"
 #include "rseq.h"
 #include "sdmalloc.h"
+#include "sizeclass.h"
+#include "xfer.h"
 
 #if SD_HAVE_RSEQ
 
@@ -287,4 +289,54 @@ Test(pcpu, allocator_caches_per_cpu_and_drains)
         cr_assert_not_null(p[i] = sdm_malloc(64));
     for (unsigned i = 0; i < 200; i++)
         sdm_free(p[i]);
+}
+
+/* Transfer caches (classes/xfer.h): a full stack's batch goes there, and
+ * another CPU's refill takes it; a drain empties them; a closed one takes
+ * nothing in and gives nothing out. */
+static void pin_to(unsigned cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    cr_assert_eq(sched_setaffinity(0, sizeof set, &set), 0);
+}
+
+Test(pcpu, transfer_cache_moves_batches_between_cpus)
+{
+    enum { N = 1200 };
+    static void *p[N];
+    for (unsigned i = 0; i < N; i++)
+        cr_assert_not_null(p[i] = sdm_malloc(64));
+    if (!sd_pcpu_on || sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        for (unsigned i = 0; i < N; i++)
+            sdm_free(p[i]);
+        cr_skip_test("per-thread mode, or one CPU");
+    }
+    uint16_t cls = (uint16_t)sizeclass_of(64);
+    struct sd_cache *c = &sd_malloc_caches[cls];
+    unsigned cap = pcpu_cap(64);
+    pcpu_drain(NULL);
+    pin_to(0);
+    for (unsigned i = 0; i < 2 * cap; i++)      /* a stack, and more */
+        sdm_free(p[i]);
+    size_t held = xfer_cached(cls);
+    cr_assert_gt(held, 0, "a full stack's batch did not reach the transfer cache");
+    cr_assert_leq(held, cap, "the transfer cache holds %zu of at most %u", held, cap);
+    pin_to(1);                                  /* an empty stack: refill */
+    for (unsigned i = 0; i < cap / 2 + 1; i++)
+        cr_assert_not_null(p[i] = sdm_malloc(64));
+    cr_assert_lt(xfer_cached(cls), held, "the refill did not take from the transfer cache");
+    pcpu_drain(NULL);
+    cr_assert_eq(xfer_cached(cls), 0, "a drain left objects in the transfer cache");
+    cr_assert_eq(pcpu_cached(cls), 0);
+    /* Closed: a full stack's batch goes to the slabs instead. */
+    xfer_close(c);
+    for (unsigned i = 2 * cap; i < N; i++)
+        sdm_free(p[i]);
+    cr_assert_eq(xfer_cached(cls), 0, "a closed transfer cache took objects");
+    xfer_open(c);
+    for (unsigned i = 0; i < cap / 2 + 1; i++)
+        sdm_free(p[i]);
+    pcpu_drain(NULL);
 }

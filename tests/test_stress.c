@@ -38,6 +38,7 @@
 #define S_REALLOC sdm_realloc
 #define S_CALLOC  sdm_calloc
 #define S_USABLE  sdm_usable_size
+#define S_TRIM()  sdm_trim()
 #else
 #include <malloc.h>
 #define S_MALLOC  malloc
@@ -45,6 +46,7 @@
 #define S_REALLOC realloc
 #define S_CALLOC  calloc
 #define S_USABLE  malloc_usable_size
+#define S_TRIM()  malloc_trim(0)
 #endif
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -433,6 +435,44 @@ Test(stress, producer_consumer_remote_frees, .timeout = 120)
     cr_assert_eq(null_allocs, 0, "%lu allocations returned NULL", null_allocs);
     cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
     cr_assert_eq(a, f, "produced %ld, consumed %ld", a, f);
+}
+
+/* The same with a thread that drains every CPU's cache and the transfer
+ * caches (malloc_trim) while the batches move between the CPUs: objects on
+ * their way between a stack, a transfer cache and a slab are neither lost
+ * nor handed out twice. */
+static int trimming;
+
+static void *trimmer(void *arg)
+{
+    (void)arg;
+    while (__atomic_load_n(&trimming, __ATOMIC_ACQUIRE)) {
+        S_TRIM();
+        usleep(200);
+    }
+    return NULL;
+}
+
+Test(stress, producer_consumer_while_draining, .timeout = 120)
+{
+    queues_init();
+    bad_cookies = null_allocs = 0;
+    struct worker prod = { .id = 0, .iters = 200000 / SCALE }, cons = { .id = 0 };
+    pthread_t trim;
+    __atomic_store_n(&trimming, 1, __ATOMIC_RELEASE);
+    pthread_barrier_init(&start_barrier, NULL, 2);
+    cr_assert_eq(pthread_create(&trim, NULL, trimmer, NULL), 0);
+    cr_assert_eq(pthread_create(&prod.tid, NULL, producer, &prod), 0);
+    cr_assert_eq(pthread_create(&cons.tid, NULL, consumer, &cons), 0);
+    pthread_join(prod.tid, NULL);
+    pthread_join(cons.tid, NULL);
+    __atomic_store_n(&trimming, 0, __ATOMIC_RELEASE);
+    pthread_join(trim, NULL);
+    pthread_barrier_destroy(&start_barrier);
+    cr_assert_eq(null_allocs, 0, "%lu allocations returned NULL", null_allocs);
+    cr_assert_eq(bad_cookies, 0, "%lu blocks had a damaged cookie when freed", bad_cookies);
+    cr_assert_eq(prod.allocated, cons.freed, "produced %ld, consumed %ld",
+                 prod.allocated, cons.freed);
 }
 
 /* ---- thread churn -------------------------------------------------------- */
