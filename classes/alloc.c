@@ -168,7 +168,7 @@ void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
     tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
     if (unlikely(c->debug))             /* every allocation of it, even early */
         return debug_alloc(c);
-    if (sd_pcpu_on && pcpu_thread_init())   /* this thread's first call */
+    if (pcpu_on() && pcpu_thread_init())   /* this thread's first call */
         return pcpu_alloc(c, c->id, t->pcpu);
     if (unlikely(t->state != TC_LIVE)) {
         if (t->state == TC_NEW && tcache_init() == 0) {
@@ -349,7 +349,7 @@ void cache_free_thread(struct slab *s, void *p, const char *call)
 void cache_free_slow(struct slab *s, void *p, const char *call)
 {
     tcache_check_get(call);
-    if (sd_pcpu_on && !sd_tc.pcpu &&
+    if (pcpu_on() && !sd_tc.pcpu &&
         __atomic_load_n(&s->fbin, __ATOMIC_RELAXED) != SD_BIN_NONE && pcpu_thread_init()) {
         cache_free_fast(s, p, call);        /* this thread's first call */
         return;

@@ -228,6 +228,7 @@ int sdm_posix_memalign(void **out, size_t align, size_t n)
 
 int sdm_trim(void)
 {
+    cache_init();               /* a trim may come before any allocation */
     size_t bytes = large_trim();
     tcache_flush_self();
     tcache_reclaim(1);

@@ -541,7 +541,7 @@ void pcpu_drain_unlock(int child)
     xfer_unlock_all(child);
     if (child) {
         sd_mutex_reset_child(&pcpu_lock);
-        if (sd_pcpu_on)
+        if (pcpu_on())
             rseq_after_fork_child();
     } else {
         sd_mutex_unlock(&pcpu_lock);

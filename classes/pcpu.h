@@ -31,6 +31,12 @@ _Static_assert(SD_MAX_CACHES == SD_BIN_NONE, "PCPU_BIN_NONE is the last header")
 
 /* 1 once per-CPU caches are in use (set at start-up, never cleared). */
 extern SD_HIDDEN int sd_pcpu_on;
+/* Read it (an atomic load: a trim or a statistics call in one thread may
+ * come before another thread's first allocation sets it). */
+static inline int pcpu_on(void)
+{
+    return __atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE);
+}
 
 /* A cache's stack size, in objects, for objects of `size` bytes: the
  * per-CPU budget's equal share (pcpu.c), between 2 and 256. */
@@ -73,7 +79,7 @@ unsigned long pcpu_stat_sum(uint16_t id, enum sd_stat i);
  * direct allocations, which take the locks anyway. */
 static inline void cache_stat_hot(struct sd_cache *c, enum sd_stat i, unsigned long n)
 {
-    if (sd_pcpu_on)
+    if (pcpu_on())
         pcpu_stat_add(c->id, i, n);
     else if (i != SD_STAT_ALLOC_DIRECT)
         tcache_stat_hot(c, i);

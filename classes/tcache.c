@@ -301,7 +301,7 @@ static int holds_slabs(const struct tcache *t)
 
 unsigned tcache_reclaim(int all)
 {
-    if (sd_pcpu_on || !fence_ready())
+    if (pcpu_on() || !fence_ready())
         return 0;
     static uint32_t reclaims;           /* under reclaim_lock */
     struct tcache *self = &sd_tc, *batch[RECLAIM_BATCH];
@@ -350,7 +350,7 @@ unsigned tcache_reclaim(int all)
 
 int tcache_reclaim_wanted(void)
 {
-    if (sd_pcpu_on)
+    if (pcpu_on())
         return 0;
     unsigned n = 0;
     sd_mutex_lock(&registry_lock);

@@ -101,7 +101,7 @@ static inline void *cache_alloc_entry(struct sd_cache *c)
         return pcpu_alloc(c, c->id, base);
     if (c->is_malloc)
         return cache_alloc_fast(c, &sd_tc.bins[c->id]);
-    if (sd_pcpu_on && !sd_tc.in_get && pcpu_thread_init())
+    if (pcpu_on() && !sd_tc.in_get && pcpu_thread_init())
         return pcpu_alloc(c, c->id, sd_tc.pcpu);
     struct tbin *b = tcache_ubin_of(&sd_tc, c->id);
     if (unlikely(!b)) {

@@ -115,7 +115,7 @@ SD_EXPORT int sd_vacate(void *addr)
         }
         slab_set_state(s, SLAB_FROZEN);
         size_t released = 0;
-        if (sd_pcpu_on) {
+        if (pcpu_on()) {
             /* Frozen, its frees take the locked path from now on; the
              * objects of it that the CPUs cache are free, not allocated:
              * back onto its freelist before get() sees the slab. */
