@@ -68,7 +68,7 @@ static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int zero)
 static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p)
 {
     if (s) {
-        sample_freed(p);
+        sample_slab_freed(s, p);
         cache_free_fast(s, p, "free");
     } else {
         sample_freed(p);
@@ -91,7 +91,7 @@ void sdm_free(void *p)
         return;
     struct slab *s = segment_slab_of(p);
     if (likely(s)) {
-        if (unlikely(sample_marked(s, p)))
+        if (unlikely(sample_slab_marked(s)))
             return free_sampled(s, p);
         cache_free_fast(s, p, "free");
         return;

@@ -193,9 +193,11 @@ static void slot_remove_locked(struct prof_shard *sh, uint32_t i)
     sh->used--;
 }
 
-/* Count a live sample of object p in its segment and slab (or as a large
- * block).  The segment's count saturates: at 0xffff it stays, and frees
- * in that segment always check the slab's count. */
+/* Count a live sample of object p in its slab's `sampled` word (count
+ * and filter, core/types.h), or as a large block.  One CAS for both
+ * halves, so that a count falling to 0 clears the filter without losing
+ * the bit of a sample inserted meanwhile.  At 0xffff the count saturates:
+ * the word stays, and frees in the slab test the filter for good. */
 static void mark(uintptr_t p, int d)
 {
     struct slab *s = segment_slab_of((void *)p);
@@ -203,15 +205,18 @@ static void mark(uintptr_t p, int d)
         __atomic_fetch_add(&sd_sample_large, (unsigned long)(long)d, __ATOMIC_RELAXED);
         return;
     }
-    __atomic_fetch_add(&prof_tab->slabs[sample_slab_hash(s)], (uint16_t)d,
-                       __ATOMIC_RELAXED);
-    struct segment *g = segment_at(p & ~(SD_SEGMENT_SIZE - 1));
-    uint16_t v = __atomic_load_n(&g->sampled, __ATOMIC_RELAXED);
-    while (v != 0xffff && !__atomic_compare_exchange_n(&g->sampled, &v,
-                                                       (uint16_t)(v + d), 0,
-                                                       __ATOMIC_RELAXED,
-                                                       __ATOMIC_RELAXED))
-        ;
+    uint32_t bit = sample_bit(s, (void *)p), nv;
+    uint32_t v = __atomic_load_n(&s->sampled, __ATOMIC_RELAXED);
+    do {
+        uint32_t n = v & 0xffff;
+        if (n == 0xffff)
+            return;
+        if (d > 0)
+            nv = (v | bit) + 1;
+        else
+            nv = n <= 1 ? 0 : v - 1;
+    } while (!__atomic_compare_exchange_n(&s->sampled, &v, nv, 0,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 }
 
 static void stack_count(uint32_t id, uint64_t size, int d)
@@ -620,7 +625,6 @@ int prof_start(uint64_t interval)
         kick_bufs = (struct prof_kick_buf *)((char *)m + tab);
         dl_iterate_phdr(find_self, (void *)(uintptr_t)&prof_start);
         __atomic_store_n(&prof_tab, t, __ATOMIC_RELEASE);
-        __atomic_store_n(&sd_sample_slabs, t->slabs, __ATOMIC_RELEASE);
     }
     if (interval)
         __atomic_store_n(&prof_interval, interval, __ATOMIC_RELAXED);

@@ -18,7 +18,8 @@
  * Invariants: a live sample's object is allocated (its free removes the
  * sample, under the shard lock, before the object goes back), so a report
  * that holds the shard lock may read the object's slab.
- *   sd_sample_slabs[h] == live samples whose slab descriptor hashes to h
+ *   s->sampled & 0xffff == live samples on slab s (unless saturated),
+ *   and each has its filter bit set in s->sampled >> 16
  *   sd_sample_large    == live samples of large blocks
  */
 #ifndef SD_HOOKS_PROFTAB_H
@@ -77,7 +78,6 @@ struct prof_tables {
     uint32_t  nnames, text_used;
     struct prof_name name[PROF_NAMES];
     char      text[PROF_NAME_BYTES];
-    uint16_t  slabs[1 << 16];   /* sd_sample_slabs */
 };
 
 /* The profiler's state (hooks/prof.c). */

@@ -61,15 +61,46 @@ static size_t samples_live(void)
     return k;
 }
 
-/* sd_sample_slabs and sd_sample_large agree with the table. */
+/* The slabs' sampled words and sd_sample_large agree with the table:
+ * each slab counts its live samples, with their filter bits set. */
 static void check_marks(void)
 {
-    size_t marks = 0;
-    for (uint32_t h = 0; h < (1u << SAMPLE_SLAB_BITS); h++)
-        marks += prof_tab->slabs[h];
-    cr_expect_eq(marks + __atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED),
-                 samples_live(), "slab marks %zu + large %lu != live samples %zu",
-                 marks, sd_sample_large, samples_live());
+    enum { SET = 1 << 18 };
+    struct { const struct slab *s; uint32_t n; } *set = calloc(SET, sizeof *set);
+    size_t large = 0;
+    cr_assert_not_null(set);
+    for (int i = 0; i < PROF_SHARDS; i++) {
+        struct prof_shard *sh = &prof_tab->shard[i];
+        sd_mutex_lock(&sh->lock);
+        for (uint32_t j = 0; j < PROF_SHARD_SLOTS; j++) {
+            uintptr_t a = sh->slot[j].addr;
+            if (!a)
+                continue;
+            const struct slab *s = segment_slab_of((void *)a);
+            if (!s) {
+                large++;
+                continue;
+            }
+            cr_expect(sample_marked(s, (void *)a), "sample %#lx: filter bit clear",
+                      (unsigned long)a);
+            uint32_t h = (uint32_t)(((uintptr_t)s >> 7) * 0x9e3779b1u) & (SET - 1);
+            while (set[h].s && set[h].s != s)
+                h = (h + 1) & (SET - 1);
+            set[h].s = s;
+            set[h].n++;
+        }
+        sd_mutex_unlock(&sh->lock);
+    }
+    for (uint32_t h = 0; h < SET; h++)
+        if (set[h].s) {
+            uint32_t w = __atomic_load_n(&set[h].s->sampled, __ATOMIC_RELAXED);
+            cr_expect((w & 0xffff) == 0xffff || (w & 0xffff) == set[h].n,
+                      "slab %p counts %u samples, holds %u", (void *)set[h].s,
+                      w & 0xffff, set[h].n);
+        }
+    cr_expect_eq(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED), large,
+                 "large marks %lu != large samples %zu", sd_sample_large, large);
+    free(set);
 }
 
 Test(prof, weight)
@@ -269,7 +300,6 @@ Test(prof, off_costs_nothing)
             sdm_free(p[i]);
     }
     cr_expect_null(prof_tab, "tables mapped with profiling never on");
-    cr_expect_null(sd_sample_slabs);
     cr_assert_eq(prof_start(64), 0);
     for (int i = 0; i < 1000; i++)
         p[i] = sdm_malloc(128);
