@@ -5,13 +5,18 @@
  * are sampled, their backtraces, the reports) is hooks/prof.c; it plugs in
  * through sd_sample_ops, as hooks reach this layer only through a table.
  *
- * Cost when profiling is off: one subtraction from a thread-local counter
- * and a branch on malloc and sd_cache_alloc (the counter crosses zero once
- * per SAMPLE_RECHECK bytes, when sample_check re-reads the switch); on
- * free, a load from the slab descriptor's first line, which free reads
- * anyway, and a branch.  In a slab that holds samples, free also tests a
- * bit of a 16-bit filter (by object index mod 16) and looks the object
- * up only when it is set.
+ * Cost.  malloc, calloc and free enter through sdm_entry
+ * (classes/sdmalloc.h), which the profiler switches: with profiling off
+ * and no sample live they have no profiling check at all.  While
+ * profiling is on, malloc and calloc subtract from a thread-local counter
+ * and branch; while samples live, free loads the slab descriptor's
+ * `sampled` word (on the first line, which free reads anyway) and
+ * branches, and in a slab that holds samples, tests a bit of a 16-bit
+ * filter (by object index mod 16) and looks the object up only when it is
+ * set.  sd_cache_alloc, sd_cache_free and memalign are not switched: they
+ * always count down (the counter crosses zero once per SAMPLE_RECHECK
+ * bytes with profiling off, when sample_check re-reads the switch) and
+ * test the word.
  *
  * Sampling (jemalloc's prof, tcmalloc's sampler): sample points form a
  * Poisson process on the bytes a thread allocates, with mean distance R

@@ -38,6 +38,7 @@
 #include "os.h"
 #include "proftab.h"
 #include "sample.h"
+#include "sdmalloc.h"
 #include "segment.h"
 
 SD_HIDDEN struct prof_tables *prof_tab;
@@ -46,6 +47,14 @@ SD_HIDDEN uint64_t prof_interval = PROF_DEFAULT_INTERVAL;
 SD_HIDDEN unsigned long prof_dropped, prof_stack_overflow, prof_names_dropped;
 
 static sd_mutex start_lock = SD_MUTEX_INIT;
+/* Live samples, plus operations that may insert one (a new sample between
+ * its check of prof_on and its insertion, a move between taking the
+ * sample out and putting it back).  free stops checking for samples
+ * (sdm_entry_switch) only once prof_on and this are both 0, read in that
+ * order under start_lock: a new sample counts itself before it reads
+ * prof_on (seq_cst, so one of the two sees the other), and a move holds a
+ * reference while its sample is out of the table. */
+static unsigned long prof_refs;
 static uint32_t prof_gen;               /* changes at each start: threads re-arm */
 static uintptr_t self_lo, self_hi;      /* our own code (cut from backtraces) */
 
@@ -242,11 +251,14 @@ static int sample_insert(const struct prof_sample *smp)
         i = (i + 1) & (PROF_SHARD_SLOTS - 1);
     sh->slot[i] = *smp;
     sh->used++;
+    __atomic_fetch_add(&prof_refs, 1, __ATOMIC_SEQ_CST);
     mark(smp->addr, 1);
     stack_count(smp->stack, smp->size, 1);
     sd_mutex_unlock(&sh->lock);
     return 0;
 }
+
+static void refs_drop(void);
 
 /* Take p's sample out into *out; 1 if it had one. */
 static int sample_take_out(uintptr_t p, struct prof_sample *out)
@@ -261,7 +273,37 @@ static int sample_take_out(uintptr_t p, struct prof_sample *out)
         stack_count(out->stack, out->size, -1);
     }
     sd_mutex_unlock(&sh->lock);
+    if (i >= 0)
+        refs_drop();
     return i >= 0;
+}
+
+/* ---------------------------------------------------------------- */
+/* When free stops checking                                          */
+
+/* free checks for samples again only from the next prof_start: switch it
+ * back to plain if profiling is off and no sample lives or may be
+ * inserted (prof_refs).  From a free: try only (start_lock is first in
+ * the order; a start or stop holding it settles by itself). */
+static void settle_locked(void)
+{
+    if (!__atomic_load_n(&prof_on, __ATOMIC_SEQ_CST) &&
+        !__atomic_load_n(&prof_refs, __ATOMIC_SEQ_CST))
+        sdm_entry_switch(0, 0);
+}
+
+static void refs_hold(void)
+{
+    __atomic_fetch_add(&prof_refs, 1, __ATOMIC_SEQ_CST);
+}
+
+static void refs_drop(void)
+{
+    if (__atomic_sub_fetch(&prof_refs, 1, __ATOMIC_SEQ_CST) == 0 &&
+        !__atomic_load_n(&prof_on, __ATOMIC_SEQ_CST) && sd_mutex_trylock(&start_lock)) {
+        settle_locked();
+        sd_mutex_unlock(&start_lock);
+    }
 }
 
 /* ---------------------------------------------------------------- */
@@ -501,10 +543,12 @@ static void prof_taken(void *p, size_t n, int how)
     if (was != cache)
         __atomic_store_n(&st->cache, was == PROF_CACHE_NONE ? cache : PROF_CACHE_MIXED,
                          __ATOMIC_RELAXED);
-    if (sample_insert(&smp) == 0) {
+    refs_hold();                        /* before reading prof_on (settle) */
+    if (__atomic_load_n(&prof_on, __ATOMIC_SEQ_CST) && sample_insert(&smp) == 0) {
         __atomic_fetch_add(&st->alloc_n, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&st->alloc_bytes, n, __ATOMIC_RELAXED);
     }
+    refs_drop();
     pt.in_prof = 0;
 }
 
@@ -536,10 +580,13 @@ static void prof_freed(void *p)
     if (!prof_tab)
         return;
     struct prof_sample smp;
-    if (!sample_take_out((uintptr_t)p, &smp))
-        return;
     struct prof_kick *k = pt.kick;
-    if (k && k->buf) {
+    if (!k || !k->buf) {
+        sample_take_out((uintptr_t)p, &smp);
+        return;
+    }
+    refs_hold();                        /* while the sample is out */
+    if (sample_take_out((uintptr_t)p, &smp)) {
         struct slab *s = segment_slab_of(p);
         void *q = s && s->cache == k->cache ? kick_claim(k, p) : NULL;
         if (q) {
@@ -547,6 +594,7 @@ static void prof_freed(void *p)
             sample_insert(&smp);
         }
     }
+    refs_drop();
 }
 
 void prof_moved(void *p, void *q, size_t n)
@@ -554,11 +602,13 @@ void prof_moved(void *p, void *q, size_t n)
     if (!prof_tab)
         return;
     struct prof_sample smp;
-    if (!sample_take_out((uintptr_t)p, &smp))
-        return;
-    smp.addr = (uintptr_t)q;
-    smp.size = n;
-    sample_insert(&smp);
+    refs_hold();                        /* while the sample is out */
+    if (sample_take_out((uintptr_t)p, &smp)) {
+        smp.addr = (uintptr_t)q;
+        smp.size = n;
+        sample_insert(&smp);
+    }
+    refs_drop();
 }
 
 int prof_kick_begin(struct prof_kick *k, const struct sd_cache *c,
@@ -629,7 +679,9 @@ int prof_start(uint64_t interval)
     if (interval)
         __atomic_store_n(&prof_interval, interval, __ATOMIC_RELAXED);
     __atomic_fetch_add(&prof_gen, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&prof_on, 1, __ATOMIC_RELEASE);
+    sdm_entry_switch(0, 1);             /* free checks before any sample */
+    __atomic_store_n(&prof_on, 1, __ATOMIC_SEQ_CST);
+    sdm_entry_switch(1, 1);             /* malloc and calloc count down */
     if (!pt.kick)
         sd_sample_left = 0;             /* this thread: from its next byte;
                                            others within SAMPLE_RECHECK */
@@ -639,7 +691,11 @@ int prof_start(uint64_t interval)
 
 void prof_stop(void)
 {
-    __atomic_store_n(&prof_on, 0, __ATOMIC_RELEASE);
+    sd_mutex_lock(&start_lock);
+    __atomic_store_n(&prof_on, 0, __ATOMIC_SEQ_CST);
+    sdm_entry_switch(0, 1);             /* malloc and calloc: plain */
+    settle_locked();                    /* free too, if no sample lives */
+    sd_mutex_unlock(&start_lock);
 }
 
 static void prof_fork(int phase)

@@ -7,7 +7,10 @@
  * Locks, in the order fork's prepare takes them, before any allocator
  * lock (none of them is ever taken with an allocator lock held, and no
  * allocator lock is taken with one of them held):
- *   start_lock      mapping the tables, switching on (hooks/prof.c)
+ *   start_lock      mapping the tables, switching on and off, and the
+ *                   entry table (sdm_entry_switch); a free that drops the
+ *                   last reference (prof_refs) with profiling off only
+ *                   tries it, after its shard lock is released
  *   shard[i].lock   the samples whose address hashes to shard i
  *   stacks_lock     inserting into the stack table (entries never leave)
  *   names_lock      inserting into the name table
