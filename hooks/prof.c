@@ -184,7 +184,58 @@ static int slot_find_locked(const struct prof_shard *sh, uintptr_t a)
     return -1;
 }
 
-/* Remove slot i, shifting the probe chain back (no tombstones). */
+/* Might a be in sh?  0 only if it was not, at one moment during the
+ * call: the seqlock's read side, without sh's lock (proftab.h).  Slot
+ * addresses are read and written atomically; the rest of a slot is not
+ * read here. */
+static int slot_maybe(const struct prof_shard *sh, uintptr_t a)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        uint32_t s0 = __atomic_load_n(&sh->seq, __ATOMIC_ACQUIRE);
+        if (s0 & 1) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        int found = 0;
+        for (uint32_t i = home_slot(a), k = 0; k < PROF_SHARD_SLOTS;
+             i = (i + 1) & (PROF_SHARD_SLOTS - 1), k++) {
+            uintptr_t v = __atomic_load_n(&sh->slot[i].addr, __ATOMIC_RELAXED);
+            if (v == a)
+                found = 1;
+            if (v == a || !v)
+                break;
+        }
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&sh->seq, __ATOMIC_RELAXED) == s0)
+            return found;
+    }
+    return 1;                           /* torn each time: ask under the lock */
+}
+
+/* A writer's bracket around changes to sh's slots (sh locked). */
+static void seq_begin_locked(struct prof_shard *sh)
+{
+    __atomic_store_n(&sh->seq, sh->seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void seq_end_locked(struct prof_shard *sh)
+{
+    __atomic_store_n(&sh->seq, sh->seq + 1, __ATOMIC_RELEASE);
+}
+
+/* Slot i of sh takes *v (sh locked, inside seq_begin/end). */
+static void slot_put_locked(struct prof_shard *sh, uint32_t i, const struct prof_sample *v)
+{
+    struct prof_sample *d = &sh->slot[i];
+    d->size = v->size;
+    d->stack = v->stack;
+    d->weight = v->weight;
+    __atomic_store_n(&d->addr, v->addr, __ATOMIC_RELAXED);
+}
+
+/* Remove slot i, shifting the probe chain back (no tombstones; sh locked,
+ * inside seq_begin/end). */
 static void slot_remove_locked(struct prof_shard *sh, uint32_t i)
 {
     const uint32_t mask = PROF_SHARD_SLOTS - 1;
@@ -194,11 +245,11 @@ static void slot_remove_locked(struct prof_shard *sh, uint32_t i)
         uint32_t h = home_slot(sh->slot[j].addr);
         /* j's entry may move to i if i lies on its probe path h..j */
         if (((j - h) & mask) >= ((j - i) & mask)) {
-            sh->slot[i] = sh->slot[j];
+            slot_put_locked(sh, i, &sh->slot[j]);
             i = j;
         }
     }
-    sh->slot[i].addr = 0;
+    __atomic_store_n(&sh->slot[i].addr, 0, __ATOMIC_RELAXED);
     sh->used--;
 }
 
@@ -249,7 +300,9 @@ static int sample_insert(const struct prof_sample *smp)
     uint32_t i = home_slot(smp->addr);
     while (sh->slot[i].addr)
         i = (i + 1) & (PROF_SHARD_SLOTS - 1);
-    sh->slot[i] = *smp;
+    seq_begin_locked(sh);
+    slot_put_locked(sh, i, smp);
+    seq_end_locked(sh);
     sh->used++;
     __atomic_fetch_add(&prof_refs, 1, __ATOMIC_SEQ_CST);
     mark(smp->addr, 1);
@@ -268,7 +321,9 @@ static int sample_take_out(uintptr_t p, struct prof_sample *out)
     int i = slot_find_locked(sh, p);
     if (i >= 0) {
         *out = sh->slot[i];
+        seq_begin_locked(sh);
         slot_remove_locked(sh, (uint32_t)i);
+        seq_end_locked(sh);
         mark(p, -1);
         stack_count(out->stack, out->size, -1);
     }
@@ -577,8 +632,8 @@ static void *kick_claim(struct prof_kick *k, const void *old)
 
 static void prof_freed(void *p)
 {
-    if (!prof_tab)
-        return;
+    if (!prof_tab || !slot_maybe(shard_of((uintptr_t)p), (uintptr_t)p))
+        return;                         /* no sample: no lock taken */
     struct prof_sample smp;
     struct prof_kick *k = pt.kick;
     if (!k || !k->buf) {

@@ -11,7 +11,11 @@
  *                   entry table (sdm_entry_switch); a free that drops the
  *                   last reference (prof_refs) with profiling off only
  *                   tries it, after its shard lock is released
- *   shard[i].lock   the samples whose address hashes to shard i
+ *   shard[i].lock   the samples whose address hashes to shard i; writers
+ *                   hold it and make shard[i].seq odd while they change
+ *                   the slots (a seqlock): a free looks its object up
+ *                   without the lock, and takes it only to remove a
+ *                   sample it found (or after a few torn reads)
  *   stacks_lock     inserting into the stack table (entries never leave)
  *   names_lock      inserting into the name table
  * The last three are leaves: nothing is taken while one is held.
@@ -51,6 +55,9 @@ struct prof_sample {
 
 struct prof_shard {
     sd_mutex  lock;
+    uint32_t  seq;              /* odd while a writer (holding lock) changes
+                                   slot[]: a free's lookup reads without the
+                                   lock and retries if it changed */
     uint32_t  used;             /* live samples */
     struct prof_sample slot[PROF_SHARD_SLOTS];
 } __attribute__((aligned(64)));
