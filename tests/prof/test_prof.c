@@ -409,7 +409,7 @@ Test(prof, thread_exit)
  * A switch that let free stop checking while a sample lived (or before
  * malloc stopped sampling) leaves samples of freed objects behind. */
 enum { SW_THREADS = 4, SW_LIVE = 256 };
-static volatile int sw_running = 1;
+static int sw_running = 1;           /* atomic */
 static unsigned long sw_ops[SW_THREADS];
 
 static void *switch_churn(void *arg)
@@ -418,7 +418,7 @@ static void *switch_churn(void *arg)
     void *live[SW_LIVE] = { 0 };
     uint64_t r = 0x9e3779b97f4a7c15ull * (k + 1);
     unsigned long n = 0;
-    while (sw_running) {
+    while (__atomic_load_n(&sw_running, __ATOMIC_RELAXED)) {
         r ^= r << 13;
         r ^= r >> 7;
         r ^= r << 17;
@@ -464,7 +464,7 @@ Test(prof, switch_while_allocating)
         prof_stop();
         usleep(1000 + (round % 7) * 700);
     }
-    sw_running = 0;
+    __atomic_store_n(&sw_running, 0, __ATOMIC_RELAXED);
     unsigned long ops = 0;
     for (int i = 0; i < SW_THREADS; i++) {
         pthread_join(t[i], NULL);
