@@ -42,9 +42,10 @@
 #define SD_HIDDEN __attribute__((visibility("hidden")))
 #endif
 
-/* With profiling off, the counter is re-armed to this many bytes: a
- * thread notices that profiling was switched on within this much of its
- * own allocation. */
+/* With profiling off, sd_cache_alloc and memalign (which always count)
+ * re-arm the counter to this many bytes: such a thread notices that
+ * profiling was switched on within this much of its own allocation.
+ * malloc and calloc do not count while profiling is off (sdm_entry). */
 #define SAMPLE_RECHECK (1 << 20)
 
 /* What sample_check decided for the allocation that crossed zero. */

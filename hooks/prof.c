@@ -739,7 +739,12 @@ int prof_start(uint64_t interval)
     sdm_entry_switch(1, 1);             /* malloc and calloc count down */
     if (!pt.kick)
         sd_sample_left = 0;             /* this thread: from its next byte;
-                                           others within SAMPLE_RECHECK */
+                                           others from where their counters
+                                           stand (0 if they never counted,
+                                           at most SAMPLE_RECHECK if only
+                                           sd_cache_alloc or memalign did,
+                                           else the rest of the distance
+                                           drawn before a prof_stop) */
     sd_mutex_unlock(&start_lock);
     return 0;
 }
