@@ -68,7 +68,7 @@ static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int zero)
 static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p)
 {
     if (s) {
-        sample_freed(p);
+        sample_slab_freed(s, p);
         cache_free_fast(s, p, "free");
     } else {
         sample_freed(p);
@@ -76,7 +76,19 @@ static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p
     }
 }
 
-void *sdm_malloc(size_t n)
+/* ----------------------------------------------------------------
+ * The entry points, in two versions each (sdmalloc.h, sdm_entry): plain
+ * ones with no profiling check at all, and those profiling switches to. */
+
+static void *malloc_plain(size_t n)
+{
+    if (likely(n <= SD_MAX_SMALL))
+        return malloc_small(n);
+    return malloc_large(n, 0, 0);
+}
+
+/* While profiling is on: one counter decrement and a branch more. */
+static void *malloc_counted(size_t n)
 {
     if (unlikely(sample_due(n)))
         return malloc_sampled(n, 0);
@@ -85,13 +97,27 @@ void *sdm_malloc(size_t n)
     return malloc_large(n, 0, 0);
 }
 
-void sdm_free(void *p)
+static void free_plain(void *p)
 {
     if (unlikely(!p))
         return;
     struct slab *s = segment_slab_of(p);
     if (likely(s)) {
-        if (unlikely(sample_marked(s, p)))
+        cache_free_fast(s, p, "free");
+        return;
+    }
+    free_not_slab(p, "free");
+}
+
+/* While samples may live: the slab's sample word (one load from the line
+ * free reads anyway) and a branch more. */
+static void free_checked(void *p)
+{
+    if (unlikely(!p))
+        return;
+    struct slab *s = segment_slab_of(p);
+    if (likely(s)) {
+        if (unlikely(sample_slab_marked(s)))
             return free_sampled(s, p);
         cache_free_fast(s, p, "free");
         return;
@@ -101,14 +127,14 @@ void sdm_free(void *p)
     free_not_slab(p, "free");
 }
 
-void *sdm_calloc(size_t n, size_t size)
+static inline void *calloc_body(size_t n, size_t size, int counted)
 {
     size_t total;
     if (unlikely(__builtin_mul_overflow(n, size, &total))) {
         errno = ENOMEM;
         return NULL;
     }
-    if (unlikely(sample_due(total)))
+    if (counted && unlikely(sample_due(total)))
         return malloc_sampled(total, 1);
     if (likely(total <= SD_MAX_SMALL)) {
         void *p = malloc_small(total);
@@ -118,6 +144,31 @@ void *sdm_calloc(size_t n, size_t size)
     }
     return malloc_large(total, 0, 1);
 }
+
+static void *calloc_plain(size_t n, size_t size) { return calloc_body(n, size, 0); }
+static void *calloc_counted(size_t n, size_t size) { return calloc_body(n, size, 1); }
+
+SD_HIDDEN struct sdm_entry sdm_entry = {
+    .malloc = malloc_plain,
+    .calloc = calloc_plain,
+    .free = free_plain,
+};
+
+void sdm_entry_switch(int sampling, int checking)
+{
+    __atomic_store_n(&sdm_entry.free, checking || sampling ? free_checked : free_plain,
+                     __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sdm_entry.malloc, sampling ? malloc_counted : malloc_plain,
+                     __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sdm_entry.calloc, sampling ? calloc_counted : calloc_plain,
+                     __ATOMIC_SEQ_CST);
+}
+
+#define ENTRY(f) __atomic_load_n(&sdm_entry.f, __ATOMIC_ACQUIRE)
+
+void *sdm_malloc(size_t n) { return ENTRY(malloc)(n); }
+void sdm_free(void *p) { ENTRY(free)(p); }
+void *sdm_calloc(size_t n, size_t size) { return ENTRY(calloc)(n, size); }
 
 /* Usable bytes of p, reporting `call` for a pointer that is not ours. */
 static size_t usable_checked(const void *p, const char *call)

@@ -5,7 +5,6 @@
 #include "sample.h"
 
 SD_HIDDEN const struct sample_ops *sd_sample_ops;
-SD_HIDDEN uint16_t *sd_sample_slabs;
 SD_HIDDEN unsigned long sd_sample_large;
 
 int sample_check(size_t n)

@@ -5,13 +5,18 @@
  * are sampled, their backtraces, the reports) is hooks/prof.c; it plugs in
  * through sd_sample_ops, as hooks reach this layer only through a table.
  *
- * Cost when profiling is off: one subtraction from a thread-local counter
- * and a branch on malloc and sd_cache_alloc (the counter crosses zero once
- * per SAMPLE_RECHECK bytes, when sample_check re-reads the switch); on
- * free, a load from the segment header line free has just read, and a
- * branch.  With profiling on, the same, but in segments that hold sampled
- * objects, where free also checks a count per slab (hashed) and looks the
- * object up when that is not 0.
+ * Cost.  malloc, calloc and free enter through sdm_entry
+ * (classes/sdmalloc.h), which the profiler switches: with profiling off
+ * and no sample live they have no profiling check at all.  While
+ * profiling is on, malloc and calloc subtract from a thread-local counter
+ * and branch; while samples live, free loads the slab descriptor's
+ * `sampled` word (on the first line, which free reads anyway) and
+ * branches, and in a slab that holds samples, tests a bit of a 16-bit
+ * filter (by object index mod 16) and looks the object up only when it is
+ * set.  sd_cache_alloc, sd_cache_free and memalign are not switched: they
+ * always count down (the counter crosses zero once per SAMPLE_RECHECK
+ * bytes with profiling off, when sample_check re-reads the switch) and
+ * test the word.
  *
  * Sampling (jemalloc's prof, tcmalloc's sampler): sample points form a
  * Poisson process on the bytes a thread allocates, with mean distance R
@@ -37,9 +42,10 @@
 #define SD_HIDDEN __attribute__((visibility("hidden")))
 #endif
 
-/* With profiling off, the counter is re-armed to this many bytes: a
- * thread notices that profiling was switched on within this much of its
- * own allocation. */
+/* With profiling off, sd_cache_alloc and memalign (which always count)
+ * re-arm the counter to this many bytes: such a thread notices that
+ * profiling was switched on within this much of its own allocation.
+ * malloc and calloc do not count while profiling is off (sdm_entry). */
 #define SAMPLE_RECHECK (1 << 20)
 
 /* What sample_check decided for the allocation that crossed zero. */
@@ -58,7 +64,7 @@ struct sample_ops {
     int  (*check)(size_t n);
     /* p (n bytes asked for) was just allocated and check said how. */
     void (*taken)(void *p, size_t n, int how);
-    /* p, marked by sample_slab_marked or a large block while samples of
+    /* p, marked by sample_marked or a large block while samples of
      * large blocks live, is about to be freed. */
     void (*freed)(void *p);
     /* p moved to q (n bytes now): sd_defrag_realloc, realloc of a large
@@ -73,10 +79,6 @@ struct sample_ops {
 #define sd_sample_left (sd_tc.sample_left)
 /* Set once by the profiler's constructor; NULL before. */
 extern SD_HIDDEN const struct sample_ops *sd_sample_ops;
-/* Counts of live samples per slab descriptor (hashed, SAMPLE_SLAB_BITS),
- * or NULL until profiling first starts. */
-#define SAMPLE_SLAB_BITS 16
-extern SD_HIDDEN uint16_t *sd_sample_slabs;
 /* Live samples that are large blocks (not in a slab). */
 extern SD_HIDDEN unsigned long sd_sample_large;
 
@@ -96,27 +98,25 @@ static inline int sample_due(size_t n)
     return unlikely(left < 0);
 }
 
-/* The slab's entry: descriptors of one segment get neighbouring entries
- * (64 slabs share a line of the table, as they share a header page), and
- * each segment's run starts at a place scrambled from its address. */
-static inline uint32_t sample_slab_hash(const struct slab *s)
+/* The filter bit of p in its slab's `sampled` word (core/types.h):
+ * size = odd << tz, so (p >> tz) & 15 runs through every value as the
+ * object index does. */
+static inline uint32_t sample_bit(const struct slab *s, const void *p)
 {
-    uintptr_t a = (uintptr_t)s;
-    return (uint32_t)((a >> 7) ^ ((a >> SD_SEGMENT_SHIFT) * 0x9e37u)) &
-           ((1u << SAMPLE_SLAB_BITS) - 1);
+    return 1u << (16 + (((uintptr_t)p >> s->tz) & 15));
 }
 
-/* Might object p of slab s be sampled?  On the free fast path: first a
- * count in p's segment header, whose line that path has just read (0
- * whenever profiling never ran), then the slab's own count (hashed, so
- * false positives are possible: the profiler looks p up). */
+/* Might object p of slab s be sampled?  A free's fast path tests only
+ * the word (sample_slab_marked); its slow side tests p's filter bit, and
+ * the profiler looks p up. */
+static inline int sample_slab_marked(const struct slab *s)
+{
+    return __atomic_load_n(&s->sampled, __ATOMIC_RELAXED) != 0;
+}
+
 static inline int sample_marked(const struct slab *s, const void *p)
 {
-    const struct segment *g = segment_at((uintptr_t)p & ~(SD_SEGMENT_SIZE - 1));
-    if (likely(!__atomic_load_n(&g->sampled, __ATOMIC_RELAXED)))
-        return 0;
-    const uint16_t *m = __atomic_load_n(&sd_sample_slabs, __ATOMIC_RELAXED);
-    return m && __atomic_load_n(&m[sample_slab_hash(s)], __ATOMIC_RELAXED) != 0;
+    return (__atomic_load_n(&s->sampled, __ATOMIC_RELAXED) & sample_bit(s, p)) != 0;
 }
 
 /* At free of p, marked by sample_marked (or a large block while
@@ -124,6 +124,14 @@ static inline int sample_marked(const struct slab *s, const void *p)
 static inline void sample_freed(void *p)
 {
     sd_sample_ops->freed(p);
+}
+
+/* At free of p in slab s whose word sample_slab_marked: drop p's sample
+ * if its filter bit says it may have one. */
+static inline void sample_slab_freed(const struct slab *s, void *p)
+{
+    if (sample_marked(s, p))
+        sd_sample_ops->freed(p);
 }
 
 /* After an allocation for which sample_check returned how != 0. */

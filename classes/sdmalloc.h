@@ -12,6 +12,25 @@
 #include <malloc.h>
 #include <stddef.h>
 
+/* The entry points that heap profiling switches (classes/malloc.c): with
+ * profiling off, plain ones with no profiling check at all; while it is
+ * on, malloc and calloc count bytes down to the next sample point
+ * (classes/sample.h), and while any sample lives, free checks the slab's
+ * sample word.  preload/ calls through the table; sdm_malloc, sdm_calloc
+ * and sdm_free do the same.  Written by sdm_entry_switch only. */
+struct sdm_entry {
+    void *(*malloc)(size_t size);
+    void *(*calloc)(size_t n, size_t size);
+    void  (*free)(void *p);
+};
+extern __attribute__((visibility("hidden"))) struct sdm_entry sdm_entry;
+
+/* The switch (hooks/prof.c, under its start_lock): sampling: malloc and
+ * calloc count down; checking: free looks for samples.  Sampling implies
+ * checking; the caller orders the stores (checking on before sampling;
+ * off only once no sample can live, hooks/prof.c). */
+void   sdm_entry_switch(int sampling, int checking);
+
 void  *sdm_malloc(size_t size);
 void  *sdm_calloc(size_t n, size_t size);
 void  *sdm_realloc(void *p, size_t size);

@@ -68,7 +68,6 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     s->tz = (uint8_t)tz;
     s->inv = inv;
     s->divlim = capacity - 1;
-    s->span = size * capacity;
     s->inuse = 0;
     void *last = NULL;
     if (shuffle) {
@@ -146,7 +145,8 @@ int slab_free_map(const struct slab *s, uint64_t *map)
 
 uint64_t slab_free_pages(const struct slab *s, const uint64_t *map)
 {
-    unsigned npages = (unsigned)((s->span + (1u << SLAB_PAGE_SHIFT) - 1) >> SLAB_PAGE_SHIFT);
+    unsigned npages = (unsigned)(((uint64_t)s->capacity * s->size +
+                                  (1u << SLAB_PAGE_SHIFT) - 1) >> SLAB_PAGE_SHIFT);
     uint64_t covered = npages >= 64 ? ~0ULL : (1ULL << npages) - 1, busy = 0;
     for (uint32_t i = 0; i < s->capacity; i++)
         if (!(map[i >> 6] >> (i & 63) & 1))

@@ -110,7 +110,13 @@ struct slab {
                                  slab and have not pushed them yet (atomic;
                                  a vacate waits for 0: classes/pcpu.c) */
     uint32_t  inuse;          /* objects not on freelist */
-    uint32_t  span;           /* capacity * size: bytes of objects */
+    uint32_t  sampled;        /* heap profiler (atomic; hooks/prof.c): low
+                                 16 bits, live sampled objects on the slab
+                                 (0xffff: saturated, then kept); high 16,
+                                 bit (p >> tz) & 15 of each of them (a
+                                 filter: cleared when the count falls to
+                                 0).  0 whenever profiling never ran; free's
+                                 one check (classes/sample.h) */
     uint16_t  nlocal;         /* objects on local_free (owner only) */
     uint16_t  fbin;           /* per-CPU stack a fast free pushes to: bin
                                  while the slab takes frees that way
@@ -152,9 +158,6 @@ struct segment {
     uint16_t first;           /* first slot after the header */
     uint16_t nfree;           /* free slots */
     uint16_t hint;            /* where to start looking for a free slot */
-    uint16_t sampled;         /* heap profiler: live sampled objects in the
-                                 segment (atomic; 0xffff: saturated, kept:
-                                 hooks/prof.c); free's first check */
     struct sd_list link;      /* kind's list of segments */
     uint64_t used[16];        /* bit per slot: 1 = holds a slab (up to
                                  1024 slots: the 4 KiB kind) */

@@ -126,7 +126,7 @@ static __attribute__((noinline, cold)) void *cache_alloc_sampled(struct sd_cache
 /* A free of an object that may be sampled: the sample goes first. */
 static __attribute__((noinline, cold)) void cache_free_sampled(struct slab *sl, void *obj)
 {
-    sample_freed(obj);
+    sample_slab_freed(sl, obj);
     cache_free_fast(sl, obj, "sd_cache_free");
 }
 
@@ -156,7 +156,7 @@ SD_EXPORT void sd_cache_free(sd_cache *s, void *obj)
                      owner->name, s ? ((struct sd_cache *)s)->name : "(null)");
         report_invalid("sd_cache_free", obj);
     }
-    if (unlikely(sample_marked(sl, obj)))
+    if (unlikely(sample_slab_marked(sl)))
         return cache_free_sampled(sl, obj);
     cache_free_fast(sl, obj, "sd_cache_free");
 }

@@ -38,6 +38,7 @@
 #include "os.h"
 #include "proftab.h"
 #include "sample.h"
+#include "sdmalloc.h"
 #include "segment.h"
 
 SD_HIDDEN struct prof_tables *prof_tab;
@@ -46,6 +47,14 @@ SD_HIDDEN uint64_t prof_interval = PROF_DEFAULT_INTERVAL;
 SD_HIDDEN unsigned long prof_dropped, prof_stack_overflow, prof_names_dropped;
 
 static sd_mutex start_lock = SD_MUTEX_INIT;
+/* Live samples, plus operations that may insert one (a new sample between
+ * its check of prof_on and its insertion, a move between taking the
+ * sample out and putting it back).  free stops checking for samples
+ * (sdm_entry_switch) only once prof_on and this are both 0, read in that
+ * order under start_lock: a new sample counts itself before it reads
+ * prof_on (seq_cst, so one of the two sees the other), and a move holds a
+ * reference while its sample is out of the table. */
+static unsigned long prof_refs;
 static uint32_t prof_gen;               /* changes at each start: threads re-arm */
 static uintptr_t self_lo, self_hi;      /* our own code (cut from backtraces) */
 
@@ -175,7 +184,58 @@ static int slot_find_locked(const struct prof_shard *sh, uintptr_t a)
     return -1;
 }
 
-/* Remove slot i, shifting the probe chain back (no tombstones). */
+/* Might a be in sh?  0 only if it was not, at one moment during the
+ * call: the seqlock's read side, without sh's lock (proftab.h).  Slot
+ * addresses are read and written atomically; the rest of a slot is not
+ * read here. */
+static int slot_maybe(const struct prof_shard *sh, uintptr_t a)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        uint32_t s0 = __atomic_load_n(&sh->seq, __ATOMIC_ACQUIRE);
+        if (s0 & 1) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        int found = 0;
+        for (uint32_t i = home_slot(a), k = 0; k < PROF_SHARD_SLOTS;
+             i = (i + 1) & (PROF_SHARD_SLOTS - 1), k++) {
+            uintptr_t v = __atomic_load_n(&sh->slot[i].addr, __ATOMIC_RELAXED);
+            if (v == a)
+                found = 1;
+            if (v == a || !v)
+                break;
+        }
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&sh->seq, __ATOMIC_RELAXED) == s0)
+            return found;
+    }
+    return 1;                           /* torn each time: ask under the lock */
+}
+
+/* A writer's bracket around changes to sh's slots (sh locked). */
+static void seq_begin_locked(struct prof_shard *sh)
+{
+    __atomic_store_n(&sh->seq, sh->seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void seq_end_locked(struct prof_shard *sh)
+{
+    __atomic_store_n(&sh->seq, sh->seq + 1, __ATOMIC_RELEASE);
+}
+
+/* Slot i of sh takes *v (sh locked, inside seq_begin/end). */
+static void slot_put_locked(struct prof_shard *sh, uint32_t i, const struct prof_sample *v)
+{
+    struct prof_sample *d = &sh->slot[i];
+    d->size = v->size;
+    d->stack = v->stack;
+    d->weight = v->weight;
+    __atomic_store_n(&d->addr, v->addr, __ATOMIC_RELAXED);
+}
+
+/* Remove slot i, shifting the probe chain back (no tombstones; sh locked,
+ * inside seq_begin/end). */
 static void slot_remove_locked(struct prof_shard *sh, uint32_t i)
 {
     const uint32_t mask = PROF_SHARD_SLOTS - 1;
@@ -185,17 +245,19 @@ static void slot_remove_locked(struct prof_shard *sh, uint32_t i)
         uint32_t h = home_slot(sh->slot[j].addr);
         /* j's entry may move to i if i lies on its probe path h..j */
         if (((j - h) & mask) >= ((j - i) & mask)) {
-            sh->slot[i] = sh->slot[j];
+            slot_put_locked(sh, i, &sh->slot[j]);
             i = j;
         }
     }
-    sh->slot[i].addr = 0;
+    __atomic_store_n(&sh->slot[i].addr, 0, __ATOMIC_RELAXED);
     sh->used--;
 }
 
-/* Count a live sample of object p in its segment and slab (or as a large
- * block).  The segment's count saturates: at 0xffff it stays, and frees
- * in that segment always check the slab's count. */
+/* Count a live sample of object p in its slab's `sampled` word (count
+ * and filter, core/types.h), or as a large block.  One CAS for both
+ * halves, so that a count falling to 0 clears the filter without losing
+ * the bit of a sample inserted meanwhile.  At 0xffff the count saturates:
+ * the word stays, and frees in the slab test the filter for good. */
 static void mark(uintptr_t p, int d)
 {
     struct slab *s = segment_slab_of((void *)p);
@@ -203,15 +265,18 @@ static void mark(uintptr_t p, int d)
         __atomic_fetch_add(&sd_sample_large, (unsigned long)(long)d, __ATOMIC_RELAXED);
         return;
     }
-    __atomic_fetch_add(&prof_tab->slabs[sample_slab_hash(s)], (uint16_t)d,
-                       __ATOMIC_RELAXED);
-    struct segment *g = segment_at(p & ~(SD_SEGMENT_SIZE - 1));
-    uint16_t v = __atomic_load_n(&g->sampled, __ATOMIC_RELAXED);
-    while (v != 0xffff && !__atomic_compare_exchange_n(&g->sampled, &v,
-                                                       (uint16_t)(v + d), 0,
-                                                       __ATOMIC_RELAXED,
-                                                       __ATOMIC_RELAXED))
-        ;
+    uint32_t bit = sample_bit(s, (void *)p), nv;
+    uint32_t v = __atomic_load_n(&s->sampled, __ATOMIC_RELAXED);
+    do {
+        uint32_t n = v & 0xffff;
+        if (n == 0xffff)
+            return;
+        if (d > 0)
+            nv = (v | bit) + 1;
+        else
+            nv = n <= 1 ? 0 : v - 1;
+    } while (!__atomic_compare_exchange_n(&s->sampled, &v, nv, 0,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 }
 
 static void stack_count(uint32_t id, uint64_t size, int d)
@@ -235,13 +300,18 @@ static int sample_insert(const struct prof_sample *smp)
     uint32_t i = home_slot(smp->addr);
     while (sh->slot[i].addr)
         i = (i + 1) & (PROF_SHARD_SLOTS - 1);
-    sh->slot[i] = *smp;
+    seq_begin_locked(sh);
+    slot_put_locked(sh, i, smp);
+    seq_end_locked(sh);
     sh->used++;
+    __atomic_fetch_add(&prof_refs, 1, __ATOMIC_SEQ_CST);
     mark(smp->addr, 1);
     stack_count(smp->stack, smp->size, 1);
     sd_mutex_unlock(&sh->lock);
     return 0;
 }
+
+static void refs_drop(void);
 
 /* Take p's sample out into *out; 1 if it had one. */
 static int sample_take_out(uintptr_t p, struct prof_sample *out)
@@ -251,12 +321,44 @@ static int sample_take_out(uintptr_t p, struct prof_sample *out)
     int i = slot_find_locked(sh, p);
     if (i >= 0) {
         *out = sh->slot[i];
+        seq_begin_locked(sh);
         slot_remove_locked(sh, (uint32_t)i);
+        seq_end_locked(sh);
         mark(p, -1);
         stack_count(out->stack, out->size, -1);
     }
     sd_mutex_unlock(&sh->lock);
+    if (i >= 0)
+        refs_drop();
     return i >= 0;
+}
+
+/* ---------------------------------------------------------------- */
+/* When free stops checking                                          */
+
+/* free checks for samples again only from the next prof_start: switch it
+ * back to plain if profiling is off and no sample lives or may be
+ * inserted (prof_refs).  From a free: try only (start_lock is first in
+ * the order; a start or stop holding it settles by itself). */
+static void settle_locked(void)
+{
+    if (!__atomic_load_n(&prof_on, __ATOMIC_SEQ_CST) &&
+        !__atomic_load_n(&prof_refs, __ATOMIC_SEQ_CST))
+        sdm_entry_switch(0, 0);
+}
+
+static void refs_hold(void)
+{
+    __atomic_fetch_add(&prof_refs, 1, __ATOMIC_SEQ_CST);
+}
+
+static void refs_drop(void)
+{
+    if (__atomic_sub_fetch(&prof_refs, 1, __ATOMIC_SEQ_CST) == 0 &&
+        !__atomic_load_n(&prof_on, __ATOMIC_SEQ_CST) && sd_mutex_trylock(&start_lock)) {
+        settle_locked();
+        sd_mutex_unlock(&start_lock);
+    }
 }
 
 /* ---------------------------------------------------------------- */
@@ -496,10 +598,12 @@ static void prof_taken(void *p, size_t n, int how)
     if (was != cache)
         __atomic_store_n(&st->cache, was == PROF_CACHE_NONE ? cache : PROF_CACHE_MIXED,
                          __ATOMIC_RELAXED);
-    if (sample_insert(&smp) == 0) {
+    refs_hold();                        /* before reading prof_on (settle) */
+    if (__atomic_load_n(&prof_on, __ATOMIC_SEQ_CST) && sample_insert(&smp) == 0) {
         __atomic_fetch_add(&st->alloc_n, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&st->alloc_bytes, n, __ATOMIC_RELAXED);
     }
+    refs_drop();
     pt.in_prof = 0;
 }
 
@@ -528,13 +632,16 @@ static void *kick_claim(struct prof_kick *k, const void *old)
 
 static void prof_freed(void *p)
 {
-    if (!prof_tab)
-        return;
+    if (!prof_tab || !slot_maybe(shard_of((uintptr_t)p), (uintptr_t)p))
+        return;                         /* no sample: no lock taken */
     struct prof_sample smp;
-    if (!sample_take_out((uintptr_t)p, &smp))
-        return;
     struct prof_kick *k = pt.kick;
-    if (k && k->buf) {
+    if (!k || !k->buf) {
+        sample_take_out((uintptr_t)p, &smp);
+        return;
+    }
+    refs_hold();                        /* while the sample is out */
+    if (sample_take_out((uintptr_t)p, &smp)) {
         struct slab *s = segment_slab_of(p);
         void *q = s && s->cache == k->cache ? kick_claim(k, p) : NULL;
         if (q) {
@@ -542,6 +649,7 @@ static void prof_freed(void *p)
             sample_insert(&smp);
         }
     }
+    refs_drop();
 }
 
 void prof_moved(void *p, void *q, size_t n)
@@ -549,11 +657,13 @@ void prof_moved(void *p, void *q, size_t n)
     if (!prof_tab)
         return;
     struct prof_sample smp;
-    if (!sample_take_out((uintptr_t)p, &smp))
-        return;
-    smp.addr = (uintptr_t)q;
-    smp.size = n;
-    sample_insert(&smp);
+    refs_hold();                        /* while the sample is out */
+    if (sample_take_out((uintptr_t)p, &smp)) {
+        smp.addr = (uintptr_t)q;
+        smp.size = n;
+        sample_insert(&smp);
+    }
+    refs_drop();
 }
 
 int prof_kick_begin(struct prof_kick *k, const struct sd_cache *c,
@@ -620,22 +730,32 @@ int prof_start(uint64_t interval)
         kick_bufs = (struct prof_kick_buf *)((char *)m + tab);
         dl_iterate_phdr(find_self, (void *)(uintptr_t)&prof_start);
         __atomic_store_n(&prof_tab, t, __ATOMIC_RELEASE);
-        __atomic_store_n(&sd_sample_slabs, t->slabs, __ATOMIC_RELEASE);
     }
     if (interval)
         __atomic_store_n(&prof_interval, interval, __ATOMIC_RELAXED);
     __atomic_fetch_add(&prof_gen, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&prof_on, 1, __ATOMIC_RELEASE);
+    sdm_entry_switch(0, 1);             /* free checks before any sample */
+    __atomic_store_n(&prof_on, 1, __ATOMIC_SEQ_CST);
+    sdm_entry_switch(1, 1);             /* malloc and calloc count down */
     if (!pt.kick)
         sd_sample_left = 0;             /* this thread: from its next byte;
-                                           others within SAMPLE_RECHECK */
+                                           others from where their counters
+                                           stand (0 if they never counted,
+                                           at most SAMPLE_RECHECK if only
+                                           sd_cache_alloc or memalign did,
+                                           else the rest of the distance
+                                           drawn before a prof_stop) */
     sd_mutex_unlock(&start_lock);
     return 0;
 }
 
 void prof_stop(void)
 {
-    __atomic_store_n(&prof_on, 0, __ATOMIC_RELEASE);
+    sd_mutex_lock(&start_lock);
+    __atomic_store_n(&prof_on, 0, __ATOMIC_SEQ_CST);
+    sdm_entry_switch(0, 1);             /* malloc and calloc: plain */
+    settle_locked();                    /* free too, if no sample lives */
+    sd_mutex_unlock(&start_lock);
 }
 
 static void prof_fork(int phase)

@@ -70,9 +70,16 @@ struct report {
     const struct slab *set[1 << 16];
 };
 
+/* The set's home slot of s (descriptors are 128 bytes apart). */
+static uint32_t set_hash(const struct slab *s)
+{
+    uintptr_t a = (uintptr_t)s;
+    return (uint32_t)((a >> 7) ^ ((a >> SD_SEGMENT_SHIFT) * 0x9e37u)) & 0xffff;
+}
+
 static void set_add(struct report *r, const struct slab *s)
 {
-    uint32_t i = sample_slab_hash(s);
+    uint32_t i = set_hash(s);
     for (uint32_t k = 0; k < (1u << 16); k++, i = (i + 1) & 0xffff) {
         if (r->set[i] == s)
             return;
@@ -85,7 +92,7 @@ static void set_add(struct report *r, const struct slab *s)
 
 static int set_has(const struct report *r, const struct slab *s)
 {
-    uint32_t i = sample_slab_hash(s);
+    uint32_t i = set_hash(s);
     for (uint32_t k = 0; k < (1u << 16); k++, i = (i + 1) & 0xffff) {
         if (r->set[i] == s)
             return 1;

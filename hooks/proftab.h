@@ -7,8 +7,15 @@
  * Locks, in the order fork's prepare takes them, before any allocator
  * lock (none of them is ever taken with an allocator lock held, and no
  * allocator lock is taken with one of them held):
- *   start_lock      mapping the tables, switching on (hooks/prof.c)
- *   shard[i].lock   the samples whose address hashes to shard i
+ *   start_lock      mapping the tables, switching on and off, and the
+ *                   entry table (sdm_entry_switch); a free that drops the
+ *                   last reference (prof_refs) with profiling off only
+ *                   tries it, after its shard lock is released
+ *   shard[i].lock   the samples whose address hashes to shard i; writers
+ *                   hold it and make shard[i].seq odd while they change
+ *                   the slots (a seqlock): a free looks its object up
+ *                   without the lock, and takes it only to remove a
+ *                   sample it found (or after a few torn reads)
  *   stacks_lock     inserting into the stack table (entries never leave)
  *   names_lock      inserting into the name table
  * The last three are leaves: nothing is taken while one is held.
@@ -18,7 +25,8 @@
  * Invariants: a live sample's object is allocated (its free removes the
  * sample, under the shard lock, before the object goes back), so a report
  * that holds the shard lock may read the object's slab.
- *   sd_sample_slabs[h] == live samples whose slab descriptor hashes to h
+ *   s->sampled & 0xffff == live samples on slab s (unless saturated),
+ *   and each has its filter bit set in s->sampled >> 16
  *   sd_sample_large    == live samples of large blocks
  */
 #ifndef SD_HOOKS_PROFTAB_H
@@ -47,6 +55,9 @@ struct prof_sample {
 
 struct prof_shard {
     sd_mutex  lock;
+    uint32_t  seq;              /* odd while a writer (holding lock) changes
+                                   slot[]: a free's lookup reads without the
+                                   lock and retries if it changed */
     uint32_t  used;             /* live samples */
     struct prof_sample slot[PROF_SHARD_SLOTS];
 } __attribute__((aligned(64)));
@@ -77,7 +88,6 @@ struct prof_tables {
     uint32_t  nnames, text_used;
     struct prof_name name[PROF_NAMES];
     char      text[PROF_NAME_BYTES];
-    uint16_t  slabs[1 << 16];   /* sd_sample_slabs */
 };
 
 /* The profiler's state (hooks/prof.c). */

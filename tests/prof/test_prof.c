@@ -2,7 +2,8 @@
  * tests/prof/test_prof.c - unit tests of the heap profiler on the static
  * core (hooks/prof.c, classes/sample.h): the weight, the estimate, samples
  * found again at free, realloc, sd_defrag_realloc and a kick() that moves,
- * the bounded table, fork and thread exit.  The program keeps glibc's
+ * the bounded table, fork and thread exit, and profiling switched on and
+ * off while threads allocate and free.  The program keeps glibc's
  * malloc; only sdm_* and sd_* are sampled.  Each test runs in its own
  * process (tests/prof/meson.build).
  */
@@ -61,15 +62,58 @@ static size_t samples_live(void)
     return k;
 }
 
-/* sd_sample_slabs and sd_sample_large agree with the table. */
+/* samples_live, with each shard locked (while other threads sample). */
+static size_t samples_locked(void)
+{
+    size_t k = 0;
+    for (int i = 0; i < PROF_SHARDS; i++) {
+        sd_mutex_lock(&prof_tab->shard[i].lock);
+        k += prof_tab->shard[i].used;
+        sd_mutex_unlock(&prof_tab->shard[i].lock);
+    }
+    return k;
+}
+
+/* The slabs' sampled words and sd_sample_large agree with the table:
+ * each slab counts its live samples, with their filter bits set. */
 static void check_marks(void)
 {
-    size_t marks = 0;
-    for (uint32_t h = 0; h < (1u << SAMPLE_SLAB_BITS); h++)
-        marks += prof_tab->slabs[h];
-    cr_expect_eq(marks + __atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED),
-                 samples_live(), "slab marks %zu + large %lu != live samples %zu",
-                 marks, sd_sample_large, samples_live());
+    enum { SET = 1 << 18 };
+    struct { const struct slab *s; uint32_t n; } *set = calloc(SET, sizeof *set);
+    size_t large = 0;
+    cr_assert_not_null(set);
+    for (int i = 0; i < PROF_SHARDS; i++) {
+        struct prof_shard *sh = &prof_tab->shard[i];
+        sd_mutex_lock(&sh->lock);
+        for (uint32_t j = 0; j < PROF_SHARD_SLOTS; j++) {
+            uintptr_t a = sh->slot[j].addr;
+            if (!a)
+                continue;
+            const struct slab *s = segment_slab_of((void *)a);
+            if (!s) {
+                large++;
+                continue;
+            }
+            cr_expect(sample_marked(s, (void *)a), "sample %#lx: filter bit clear",
+                      (unsigned long)a);
+            uint32_t h = (uint32_t)(((uintptr_t)s >> 7) * 0x9e3779b1u) & (SET - 1);
+            while (set[h].s && set[h].s != s)
+                h = (h + 1) & (SET - 1);
+            set[h].s = s;
+            set[h].n++;
+        }
+        sd_mutex_unlock(&sh->lock);
+    }
+    for (uint32_t h = 0; h < SET; h++)
+        if (set[h].s) {
+            uint32_t w = __atomic_load_n(&set[h].s->sampled, __ATOMIC_RELAXED);
+            cr_expect((w & 0xffff) == 0xffff || (w & 0xffff) == set[h].n,
+                      "slab %p counts %u samples, holds %u", (void *)set[h].s,
+                      w & 0xffff, set[h].n);
+        }
+    cr_expect_eq(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED), large,
+                 "large marks %lu != large samples %zu", sd_sample_large, large);
+    free(set);
 }
 
 Test(prof, weight)
@@ -269,7 +313,6 @@ Test(prof, off_costs_nothing)
             sdm_free(p[i]);
     }
     cr_expect_null(prof_tab, "tables mapped with profiling never on");
-    cr_expect_null(sd_sample_slabs);
     cr_assert_eq(prof_start(64), 0);
     for (int i = 0; i < 1000; i++)
         p[i] = sdm_malloc(128);
@@ -358,4 +401,82 @@ Test(prof, thread_exit)
         sdm_free(objs[i]);
     cr_expect_eq(samples_in(objs, THREADS * PER, NULL), 0);
     check_marks();
+}
+
+/* Profiling switched on and off while threads allocate and free: every
+ * sample is found again at its object's free, whichever entry points
+ * (classes/sdmalloc.h, sdm_entry) the malloc and the free went through.
+ * A switch that let free stop checking while a sample lived (or before
+ * malloc stopped sampling) leaves samples of freed objects behind. */
+enum { SW_THREADS = 4, SW_LIVE = 256 };
+static int sw_running = 1;           /* atomic */
+static unsigned long sw_ops[SW_THREADS];
+
+static void *switch_churn(void *arg)
+{
+    size_t k = (size_t)(uintptr_t)arg;
+    void *live[SW_LIVE] = { 0 };
+    uint64_t r = 0x9e3779b97f4a7c15ull * (k + 1);
+    unsigned long n = 0;
+    while (__atomic_load_n(&sw_running, __ATOMIC_RELAXED)) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        if (k & 1) {
+            /* freed at once: few samples live, so a stop often finds
+             * none, while this thread may be inside a sampled malloc */
+            sdm_free(sdm_malloc(16 + (size_t)(r >> 40) % 1000));
+            n++;
+            continue;
+        }
+        unsigned i = (unsigned)(r % SW_LIVE);
+        sdm_free(live[i]);
+        size_t size = 16 + (size_t)(r >> 40) % 1000;
+        if ((r >> 20) % 64 == 0)
+            live[i] = sdm_calloc(1, size);
+        else if ((r >> 20) % 1024 == 1)
+            live[i] = sdm_malloc(40000);    /* a large block now and then */
+        else
+            live[i] = sdm_malloc(size);
+        cr_assert_not_null(live[i]);
+        n++;
+    }
+    for (unsigned i = 0; i < SW_LIVE; i++)
+        sdm_free(live[i]);
+    sw_ops[k] = n;
+    return NULL;
+}
+
+Test(prof, switch_while_allocating)
+{
+    struct sdm_entry plain = sdm_entry;     /* profiling never ran */
+    pthread_t t[SW_THREADS];
+    for (size_t i = 0; i < SW_THREADS; i++)
+        pthread_create(&t[i], NULL, switch_churn, (void *)(uintptr_t)i);
+    size_t peak = 0;
+    for (int round = 0; round < 150; round++) {
+        cr_assert_eq(prof_start(round % 2 ? 512 : 4096), 0);
+        usleep(2000 + (round % 5) * 1000);
+        if (round % 3 == 0) {
+            size_t n = samples_locked();
+            peak = n > peak ? n : peak;
+        }
+        prof_stop();
+        usleep(1000 + (round % 7) * 700);
+    }
+    __atomic_store_n(&sw_running, 0, __ATOMIC_RELAXED);
+    unsigned long ops = 0;
+    for (int i = 0; i < SW_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        ops += sw_ops[i];
+    }
+    cr_expect_gt(peak, 0, "no sample taken in %lu operations", ops);
+    /* Every object is freed: no sample may be left, and no mark. */
+    cr_expect_eq(samples_live(), 0, "%zu samples of freed objects left (%lu operations)",
+                 samples_live(), ops);
+    cr_expect_eq(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED), 0);
+    check_marks();
+    /* Off with nothing live: the plain entry points again. */
+    cr_expect(sdm_entry.malloc == plain.malloc && sdm_entry.free == plain.free &&
+              sdm_entry.calloc == plain.calloc, "entry points still switched");
 }
