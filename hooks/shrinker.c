@@ -164,12 +164,16 @@ static size_t pass(int urgent, int mesh_all)
     uint64_t t0 = os_now_ns();
     uint64_t deadline = t0 + (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
     size_t bytes = urgent ? large_trim() : large_purge_decayed();
+    /* One drain of every CPU's stacks for the pass, not one per cache:
+     * each is a membarrier fence, an IPI to every CPU running the program
+     * (a hundred per pass with the malloc classes alone). */
+    pcpu_drain(NULL);
     for (unsigned n = 0; n < SD_MAX_CACHES; n++) {
         unsigned i = (cursor + n) % SD_MAX_CACHES;
         struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
         if (!c || c->dead)
             continue;
-        bytes += vacate_shrink_cache(c, deadline, !urgent);
+        bytes += vacate_shrink_cache(c, deadline, !urgent, 1);
         if (os_now_ns() > deadline) {
             cursor = i + 1;
             break;
@@ -186,7 +190,7 @@ static size_t pass(int urgent, int mesh_all)
      * protected at a time, for the copy of one slab. */
     if (mesh_enabled())
         bytes += mesh_pass(os_now_ns() + (uint64_t)sd_opt.pass_budget_ms * 1000000ull,
-                           &mesh_more, mesh_all);
+                           &mesh_more, (mesh_all ? MESH_GROWING : 0) | (urgent ? MESH_FORCE : 0));
     uint64_t now = os_now_ns(), dt = now - t0;
     if (sd_opt.pass_events && bytes)    /* scripts/compare marks it on its plots */
         pass_event(bytes);
