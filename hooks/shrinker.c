@@ -114,6 +114,8 @@ static int mesh_more;                        /* last mesh pass was cut short */
  * 16).  These catch-up passes mesh only (mesh_catchup); the walk of every
  * cache comes with the interval's passes. */
 #define MESH_AGAIN_MS 2
+/* A catch-up pass of an idle program meshes for this many pass budgets. */
+#define MESH_IDLE_BUDGET 8
 /* The free path's nudge (a burst of frees made many slabs sparse) is
  * acted on once no nudge came for this long. */
 #define NUDGE_QUIET_MS 100
@@ -306,9 +308,23 @@ static int leave(int anyway)
  * of every 16 (issue 16). */
 static size_t mesh_catchup(void)
 {
+    /* A program that made no refill and no free to a slab since the last
+     * catch-up (burst's hold, a server between requests) waits for
+     * nothing but the meshing: it gets MESH_IDLE_BUDGET budgets in one
+     * go (burst with 5 ms: RSS settled 3.8 s after the frees, with 20 ms
+     * 3.0 s, the catch-ups' 2 ms gaps and set-up being the rest).  A busy
+     * program's catch-ups keep the ordinary budget. */
+    static unsigned long last_sig;
+    unsigned long sig = 0;
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        sig += cache_stat_read(&sd_malloc_caches[i], SD_STAT_ALLOC_REFILL) +
+               cache_stat_read(&sd_malloc_caches[i], SD_STAT_FREE_REMOTE);
+    uint64_t budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
+    if (sig == last_sig)
+        budget *= MESH_IDLE_BUDGET;
+    last_sig = sig;
     uint64_t t0 = os_now_ns();
-    size_t bytes = mesh_pass(t0 + (uint64_t)sd_opt.pass_budget_ms * 1000000ull,
-                             &mesh_more, 0);
+    size_t bytes = mesh_pass(t0 + budget, &mesh_more, 0);
     __atomic_fetch_add(&stats.mesh_catchups, 1, __ATOMIC_RELAXED);
     if (bytes) {
         if (sd_opt.pass_events)
