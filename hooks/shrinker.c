@@ -111,10 +111,11 @@ static int mesh_more;                        /* last mesh pass was cut short */
 /* After a mesh pass that ran out of budget with candidates left, the
  * next mesh pass comes this many ms after it ended (it was 20: 1M blocks
  * of 16..255 B, 90% freed at random, took 10 s to mesh; now 2 s, issue
- * 16).  These catch-up passes mesh only (mesh_catchup); the walk of every
- * cache comes with the interval's passes. */
+ * 16).  In an idle program these catch-up passes mesh only
+ * (mesh_catchup). */
 #define MESH_AGAIN_MS 2
-/* A catch-up pass of an idle program meshes for this many pass budgets. */
+/* A catch-up pass of an idle program meshes for this many pass budgets
+ * (mesh_catchup). */
 #define MESH_IDLE_BUDGET 8
 /* The free path's nudge (a burst of frees made many slabs sparse) is
  * acted on once no nudge came for this long. */
@@ -298,40 +299,47 @@ static int leave(int anyway)
     return out;
 }
 
-/* Meshing's catch-up: a mesh pass alone, without the walk of every cache
- * (drains, sorts, releases) that a full pass does first.  Catch-up passes
- * come every MESH_AGAIN_MS while meshing has candidates left; the walk
- * comes with the interval's pass.  With a full pass each time, burst's
- * 4 s hold (1M blocks of 16..255 B, 90% freed) took 237 passes, 41% of
- * the process's samples in vacate_shrink_cache re-sorting the partial
- * lists of classes whose order had not changed, and the meshing got 5 ms
- * of every 16 (issue 16). */
-static size_t mesh_catchup(void)
+/* Has the program made no refill and no free to a slab since the last
+ * call?  (The malloc classes' counters; the shrinker thread's alone.) */
+static int program_idle(void)
 {
-    /* A program that made no refill and no free to a slab since the last
-     * catch-up (burst's hold, a server between requests) waits for
-     * nothing but the meshing: it gets MESH_IDLE_BUDGET budgets in one
-     * go (burst with 5 ms: RSS settled 3.8 s after the frees, with 20 ms
-     * 3.0 s, the catch-ups' 2 ms gaps and set-up being the rest).  A busy
-     * program's catch-ups keep the ordinary budget. */
     static unsigned long last_sig;
     unsigned long sig = 0;
     for (unsigned i = 0; i < SD_NCLASSES; i++)
         sig += cache_stat_read(&sd_malloc_caches[i], SD_STAT_ALLOC_REFILL) +
                cache_stat_read(&sd_malloc_caches[i], SD_STAT_FREE_REMOTE);
-    uint64_t budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
-    if (sig == last_sig)
-        budget *= MESH_IDLE_BUDGET;
+    int idle = sig == last_sig;
     last_sig = sig;
+    return idle;
+}
+
+/* Meshing's catch-up (issue 16).  In an idle program (burst's hold, a
+ * server between requests) a mesh pass alone, without the walk of every
+ * cache (drains, sorts, releases) that a full pass does first, and for
+ * MESH_IDLE_BUDGET pass budgets: nothing waits for it but the meshing.
+ * With a full pass of one budget each time, burst's 4 s hold (1M blocks
+ * of 16..255 B, 90% freed) took 237 passes, 41% of the process's samples
+ * in vacate_shrink_cache re-sorting partial lists that had not changed,
+ * and RSS settled 3.7-3.8 s after the frees; mesh-only with one budget
+ * 3.8 s, with 8 budgets 2.6-3.0 s (load 11-13).  In a program that
+ * allocates, a full pass as before: its sort is what makes the refills
+ * fill the fuller slabs, and python's churn with mesh-only catch-ups kept
+ * 204-215 MiB against 195. */
+static void mesh_catchup(void)
+{
+    if (!program_idle()) {
+        pass(0, 0);
+        return;
+    }
     uint64_t t0 = os_now_ns();
-    size_t bytes = mesh_pass(t0 + budget, &mesh_more, 0);
+    size_t bytes = mesh_pass(t0 + (uint64_t)sd_opt.pass_budget_ms * MESH_IDLE_BUDGET * 1000000ull,
+                             &mesh_more, 0);
     __atomic_fetch_add(&stats.mesh_catchups, 1, __ATOMIC_RELAXED);
     if (bytes) {
         if (sd_opt.pass_events)
             pass_event(bytes);
         shrinker_note_pass(bytes);
     }
-    return bytes;
 }
 
 void *shrinker_main(void *arg)
