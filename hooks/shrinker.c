@@ -324,7 +324,7 @@ static int program_idle(void)
  * 3.8 s, with 8 budgets 2.6-3.0 s (load 11-13).  In a program that
  * allocates, a full pass as before: its sort is what makes the refills
  * fill the fuller slabs, and python's churn with mesh-only catch-ups kept
- * 204-215 MiB against 195. */
+ * 199-210 MiB against 188-191. */
 static void mesh_catchup(void)
 {
     if (!program_idle()) {
