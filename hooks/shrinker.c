@@ -11,13 +11,15 @@
  *   - a PSI trigger on /proc/pressure/memory (150 ms of stall in 2 s),
  *   - the cgroup v2 memory.events file (a memory.high/max event),
  *   - the control socket (slabinfo), when enabled,
- * with SLABDEFRAG_SHRINK_INTERVAL_MS as the timeout.  On an interval it
+ * with the next SLABDEFRAG_SHRINK_INTERVAL_MS deadline as the timeout
+ * (a deadline: wakes and nudges do not postpone it).  On an interval it
  * shrinks only if RSS exceeds SLABDEFRAG_RSS_LIMIT_MB (or the cgroup's
  * memory.high) or some cache has get/kick or meshing is on or per-thread
  * mode has many threads; on pressure or a wake, always.  With SLABDEFRAG_MESH=1 each pass ends with a mesh pass
  * (classes/mesh.c) of its own budget, and while that one finds more
- * candidates than it had time for, the next pass comes after
- * MESH_AGAIN_MS.  With meshing, the free path also nudges the thread
+ * candidates than it had time for, a catch-up comes MESH_AGAIN_MS after
+ * it: a full pass in a program that allocates, a longer mesh pass alone
+ * in an idle one (mesh_catchup).  With meshing, the free path also nudges the thread
  * (an eventfd write per 64 slabs that frees left sparse: classes/cache.c)
  * and once the nudges pause for NUDGE_QUIET_MS, a pass meshes at once,
  * classes that grew included: a burst of frees is meshed within about two
