@@ -47,6 +47,7 @@ struct sd_cache {
     unsigned long mesh_seen_meshes;   /*   time at the last look, meshes */
     unsigned long mesh_seen_unmeshes; /*   and unmeshes at the last check, */
     uint64_t  mesh_backoff_until;     /*   no meshing before (ns), */
+    uint64_t  mesh_judged_ns;         /*   the last waste check (ns), */
     uint32_t  mesh_backoff_ms;        /*   the next back-off (ms), */
     uint8_t   mesh_busy;              /*   the last busy verdict */
     unsigned long flags;        /* SD_* creation flags */

@@ -472,7 +472,8 @@ static int mesh_cache(struct sd_cache *c, unsigned kind, uint32_t cap,
  *     after a burst of frees, memory pressure, sd_shrink_all: flag
  *     MESH_GROWING): its free slots are being reused anyway;
  *   - waste: when at least MESH_WASTE_MIN meshes were made since the last
- *     check and the unmeshes since then number more than half of them,
+ *     check, at least MESH_WASTE_WINDOW_MS ago, and the unmeshes since then
+ *     number more than half of them,
  *     meshing backs off the class for 1 s, then 2, 4... up to 60 s; a
  *     check that finds the meshes kept resets the back-off to 1 s.  Memory
  *     pressure and sd_shrink_all mesh it all the same (MESH_FORCE).
@@ -481,6 +482,9 @@ static int mesh_cache(struct sd_cache *c, unsigned kind, uint32_t cap,
 #define MESH_BUSY_REFILLS 200           /* refills per second */
 #define MESH_BUSY_WINDOW_MS 250         /* measured over at least this */
 #define MESH_WASTE_MIN 32               /* meshes before a verdict */
+#define MESH_WASTE_WINDOW_MS 1000       /* and at least this long: unmeshes
+                                           come after the frees, and those
+                                           after the per-CPU stacks drain */
 #define MESH_BACKOFF_MIN_MS 1000
 #define MESH_BACKOFF_MAX_MS 60000
 
@@ -503,7 +507,8 @@ static int mesh_policy_skip(struct sd_cache *c, uint64_t now, int flags)
     unsigned long dm = meshes - c->mesh_seen_meshes, du = unmeshes - c->mesh_seen_unmeshes;
     if (!c->mesh_backoff_ms)
         c->mesh_backoff_ms = MESH_BACKOFF_MIN_MS;
-    if (dm >= MESH_WASTE_MIN) {
+    if (dm >= MESH_WASTE_MIN && now - c->mesh_judged_ns >= MESH_WASTE_WINDOW_MS * 1000000ull) {
+        c->mesh_judged_ns = now;
         c->mesh_seen_meshes = meshes;
         c->mesh_seen_unmeshes = unmeshes;
         if (du * 2 > dm) {

@@ -7,10 +7,11 @@
  *
  *   backoff   a class whose meshes are undone (the sparse slabs meshed in
  *             the background, then every survivor freed, which unmeshes
- *             them) twice running is backed off: the statistics count a
- *             back-off, and fresh sparse slabs of it are not meshed in the
- *             background for the next half second; sd_shrink_all still
- *             meshes them (memory first when the program asks)
+ *             them) is backed off: the statistics count a back-off, and
+ *             fresh sparse slabs of it made at once are not meshed in the
+ *             background for the next 0.3 s (the back-off is 1 s or more);
+ *             sd_shrink_all still meshes them (memory first when the
+ *             program asks)
  *   busy      a class a thread keeps refilling (thousands of refills a
  *             second) is left alone by the interval's passes: the
  *             statistics count skipped passes
@@ -132,30 +133,27 @@ static unsigned long wait_meshes(unsigned long want)
 
 Test(mesh, backoff, .timeout = 120)
 {
-    /* Two rounds of meshes undone: the second pass to look at the class
-     * after a round's unmeshes backs it off. */
+    /* Rounds of meshes undone: a pass that looks at the class after a
+     * round's unmeshes backs it off (the first verdict may come before the
+     * unmeshes, which wait for the per-CPU stacks to be drained: then the
+     * next round's). */
     unsigned long m0 = cache_counter(CLASS, "meshes");
-    unsigned long backoffs = 0;
-    for (int round = 0; round < 4 && !backoffs; round++) {
+    unsigned long b0 = cache_counter(CLASS, "mesh_backoffs"), backoffs = b0;
+    for (int round = 0; round < 6 && backoffs == b0; round++) {
         make_sparse(7u + (unsigned)round);
         unsigned long m = wait_meshes(m0 + 32);
         CHECK(m >= m0 + 32, "round %d: only %lu meshes in the background", round, m - m0);
         free_all();                     /* every host empties: unmeshed */
-        /* (once the per-CPU stacks that took the frees are drained) */
-        unsigned long um = 0;
-        for (int i = 0; i < 150 && (um = cache_counter(CLASS, "unmeshes")) * 2 < m; i++)
-            sleep_ms(20);
-        CHECK(um * 2 >= m, "round %d: the meshes were not undone (%lu of %lu)", round, um, m);
+        /* Poll closely: what follows must run within the back-off (1 s). */
+        for (int i = 0; i < 300 && (backoffs = cache_counter(CLASS, "mesh_backoffs")) == b0; i++)
+            sleep_ms(10);
         m0 = cache_counter(CLASS, "meshes");
-        /* The next passes look at the class: a back-off. */
-        sleep_ms(200);
-        backoffs = cache_counter(CLASS, "mesh_backoffs");
     }
-    CHECK(backoffs >= 1, "no back-off after rounds of meshes undone");
-    /* Backed off (at least 1 s): fresh sparse slabs stay as they are. */
+    CHECK(backoffs > b0, "no back-off after rounds of meshes undone");
+    /* Backed off (1 s or more): fresh sparse slabs stay as they are. */
     unsigned long before = cache_counter(CLASS, "meshes");
     make_sparse(99);
-    sleep_ms(400);
+    sleep_ms(300);
     unsigned long during = cache_counter(CLASS, "meshes");
     CHECK(during == before, "%lu meshes while backed off", during - before);
     /* The program's own request is not backed off. */
