@@ -245,6 +245,7 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
         slab_set_state(s, SLAB_PARTIAL);
         list_add_head(&c->partial, &s->link);
         cnt_add(&c->nr_partial, 1);
+        c->partial_gen++;
         sd_mutex_unlock(&c->list_lock);
         sd_spin_unlock(&s->lock);
     }
@@ -262,6 +263,7 @@ static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
     if (s->inuse == s->capacity) {
         list_del(&s->link);
         cnt_add(&c->nr_partial, -1);
+        c->partial_gen++;
         slab_set_state(s, SLAB_FULL);
         if (c->defrag_fill == s)
             c->defrag_fill = NULL;
@@ -303,6 +305,7 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
     slab_set_state(e, SLAB_PARTIAL);
     list_add_head(&c->partial, &e->link);
     cnt_add(&c->nr_partial, 1);
+    c->partial_gen++;
     c->defrag_fill = e;
     void *p = partial_pop_locked(c, e);
     sd_mutex_unlock(&c->list_lock);

@@ -65,7 +65,11 @@
  *                              slabs picked under the list lock, which is
  *                              dropped before each slab lock); see "Pages
  *                              of sparse slabs" below.
- *   4. cache->list_lock        the cache's partial and empty lists.  Taken
+ *   4. cache->list_lock        the cache's partial and empty lists (and
+ *                              partial_gen, bumped at each change of the
+ *                              partial list, and sorted_sig: the shrinker
+ *                              skips re-sorting a list that did not
+ *                              change, hooks/vacate.c).  Taken
  *                              inside a slab lock when a free moves a slab
  *                              between lists.  While holding it, slab locks
  *                              are only ever *tried* (partial refill,
@@ -436,6 +440,7 @@ static void partial_add_locked(struct sd_cache *c, struct slab *s, int tail)
     else
         list_add_head(&c->partial, &s->link);
     cnt_add(&c->nr_partial, 1);
+    c->partial_gen++;
 }
 
 void cache_partial_del_locked(struct sd_cache *c, struct slab *s)
@@ -443,6 +448,7 @@ void cache_partial_del_locked(struct sd_cache *c, struct slab *s)
     SD_ASSERT(sd_mutex_held(&c->list_lock) && s->state == SLAB_PARTIAL);
     list_del(&s->link);
     cnt_add(&c->nr_partial, -1);
+    c->partial_gen++;
     if (c->defrag_fill == s)
         c->defrag_fill = NULL;
 }
@@ -721,6 +727,7 @@ int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
             sd_mutex_lock(&c->list_lock);
             list_del(&s->link);
             list_add_tail(&c->partial, &s->link);
+            c->partial_gen++;
             sd_mutex_unlock(&c->list_lock);
             cache_note_sparse(c);
         }

@@ -42,6 +42,14 @@ struct sd_cache {
                                    slabs") */
     unsigned long mesh_seen_new;  /* meshing: stat[SD_STAT_SLAB_NEW] at the
                                      last pass (under mesh_lock) */
+    unsigned long mesh_seen_refill;   /* meshing's policy (classes/mesh.c, */
+    uint64_t  mesh_seen_ns;           /*   under mesh_lock): refills and */
+    unsigned long mesh_seen_meshes;   /*   time at the last look, meshes */
+    unsigned long mesh_seen_unmeshes; /*   and unmeshes at the last check, */
+    uint64_t  mesh_backoff_until;     /*   no meshing before (ns), */
+    uint64_t  mesh_judged_ns;         /*   the last waste check (ns), */
+    uint32_t  mesh_backoff_ms;        /*   the next back-off (ms), */
+    uint8_t   mesh_busy;              /*   the last busy verdict */
     unsigned long flags;        /* SD_* creation flags */
     void    (*ctor)(void *obj);
     struct sd_cache_ops ops;
@@ -51,6 +59,11 @@ struct sd_cache {
     sd_mutex  list_lock;        /* guards partial, empty and their counts */
     struct sd_list partial;     /* fullest first after a shrink */
     size_t    nr_partial;
+    unsigned long partial_gen;  /* bumped at each change of the partial
+                                   list (list lock; hooks/vacate.c skips
+                                   re-sorting a list that did not change) */
+    unsigned long sorted_sig;   /* partial_gen and the frees and direct
+                                   allocations at the last sort (list lock) */
     struct sd_list empty;       /* retained empty slabs, oldest last */
     size_t    nr_empty;
     uint32_t  empty_want;       /* empties to keep beyond the eighth: slabs

@@ -49,8 +49,10 @@
  * ours, FROZEN) and B's lock taken with trylock only: the fork handler
  * takes every slab lock in turn, and two slab locks are never waited for
  * at once.  mesh_lock serialises passes (one write-protected range at a
- * time).  A free through an alias takes the alias's lock, reads the host,
- * drops it and then takes the host's lock: never two slab locks.
+ * time) and guards each class's policy state (mesh_seen_*, mesh_backoff_*,
+ * mesh_busy in struct sd_cache: "Which classes a pass meshes" below).  A
+ * free through an alias takes the alias's lock, reads the host, drops it
+ * and then takes the host's lock: never two slab locks.
  *
  * Writers during a mesh: A's range is write-protected before the copy and
  * replaced by a read-write mapping of B's pages after it; a write in
@@ -455,8 +457,82 @@ static int mesh_cache(struct sd_cache *c, unsigned kind, uint32_t cap,
     return stop ? -1 : made;
 }
 
-size_t mesh_pass(uint64_t deadline, int *more, int all)
+/* ---------------------------------------------------------------- */
+/* Which classes a pass meshes                                       */
+
+/* Policy (issue 16).  Meshing costs the program: each mesh write-protects
+ * a slab, copies it, remaps it (TLB shootdowns, mmap_lock) and punches a
+ * hole in the arena file, and a host that empties is unmeshed (another
+ * remap).  python's churn made 16,714 meshes and undid 16,703 of them: its
+ * survivors are deleted later, so the meshes were all cost.  Two rules:
+ *   - busy: a class that refilled its per-CPU stacks (or threads' active
+ *     slabs) MESH_BUSY_REFILLS times a second or more (over the last quarter
+ *     second or more)
+ *     is left alone, except by a pass that meshes every class (a nudge
+ *     after a burst of frees, memory pressure, sd_shrink_all: flag
+ *     MESH_GROWING): its free slots are being reused anyway;
+ *   - waste: when at least MESH_WASTE_MIN meshes were made since the last
+ *     check, at least MESH_WASTE_WINDOW_MS ago, and the unmeshes since then
+ *     number more than half of them,
+ *     meshing backs off the class for 1 s, then 2, 4... up to 60 s; a
+ *     check that finds the meshes kept resets the back-off to 1 s.  Memory
+ *     pressure and sd_shrink_all mesh it all the same (MESH_FORCE).
+ * Both counters are the class's own statistics (meshes, unmeshes,
+ * alloc_refill); the state lives in struct sd_cache, under mesh_lock. */
+#define MESH_BUSY_REFILLS 200           /* refills per second */
+#define MESH_BUSY_WINDOW_MS 250         /* measured over at least this */
+#define MESH_WASTE_MIN 32               /* meshes before a verdict */
+#define MESH_WASTE_WINDOW_MS 1000       /* and at least this long: unmeshes
+                                           come after the frees, and those
+                                           after the per-CPU stacks drain */
+#define MESH_BACKOFF_MIN_MS 1000
+#define MESH_BACKOFF_MAX_MS 60000
+
+static int mesh_policy_skip(struct sd_cache *c, uint64_t now, int flags)
 {
+    SD_ASSERT(sd_mutex_held(&mesh_lock));
+    /* The rate over at least MESH_BUSY_WINDOW_MS: catch-up passes come
+     * every few ms, where one refill would look like hundreds a second. */
+    uint64_t dt = now - c->mesh_seen_ns;
+    if (dt >= MESH_BUSY_WINDOW_MS * 1000000ull) {
+        unsigned long refills = cache_stat_read(c, SD_STAT_ALLOC_REFILL);
+        unsigned long dr = refills - c->mesh_seen_refill;
+        c->mesh_busy = c->mesh_seen_ns &&
+                       (uint64_t)dr * 1000000000ull >= (uint64_t)MESH_BUSY_REFILLS * dt;
+        c->mesh_seen_refill = refills;
+        c->mesh_seen_ns = now;
+    }
+    unsigned long meshes = __atomic_load_n(&c->stat[SD_STAT_MESHES], __ATOMIC_RELAXED);
+    unsigned long unmeshes = __atomic_load_n(&c->stat[SD_STAT_UNMESHES], __ATOMIC_RELAXED);
+    unsigned long dm = meshes - c->mesh_seen_meshes, du = unmeshes - c->mesh_seen_unmeshes;
+    if (!c->mesh_backoff_ms)
+        c->mesh_backoff_ms = MESH_BACKOFF_MIN_MS;
+    if (dm >= MESH_WASTE_MIN && now - c->mesh_judged_ns >= MESH_WASTE_WINDOW_MS * 1000000ull) {
+        c->mesh_judged_ns = now;
+        c->mesh_seen_meshes = meshes;
+        c->mesh_seen_unmeshes = unmeshes;
+        if (du * 2 > dm) {
+            c->mesh_backoff_until = now + (uint64_t)c->mesh_backoff_ms * 1000000ull;
+            if (c->mesh_backoff_ms < MESH_BACKOFF_MAX_MS)
+                c->mesh_backoff_ms = c->mesh_backoff_ms * 2 < MESH_BACKOFF_MAX_MS
+                                     ? c->mesh_backoff_ms * 2 : MESH_BACKOFF_MAX_MS;
+            cache_stat_add(c, SD_STAT_MESH_BACKOFFS, 1);
+        } else {
+            c->mesh_backoff_ms = MESH_BACKOFF_MIN_MS;
+        }
+    }
+    if (now < c->mesh_backoff_until && !(flags & MESH_FORCE))
+        return 1;
+    if (!(flags & MESH_GROWING) && c->mesh_busy) {
+        cache_stat_add(c, SD_STAT_MESH_SKIPPED_BUSY, 1);
+        return 1;
+    }
+    return 0;
+}
+
+size_t mesh_pass(uint64_t deadline, int *more, int flags)
+{
+    int all = flags & MESH_GROWING;
     int dummy = 0;
     if (!more)
         more = &dummy;
@@ -486,6 +562,8 @@ size_t mesh_pass(uint64_t deadline, int *more, int all)
         int growing = made_new != c->mesh_seen_new;
         c->mesh_seen_new = made_new;
         if (growing && !all)
+            continue;
+        if (mesh_policy_skip(c, os_now_ns(), flags))
             continue;
         int cmore = 0, r;
         do {

@@ -19,13 +19,22 @@ void mesh_init(void);
 void mesh_geometry(struct sd_cache *c);
 /* Is meshing on (arena up)? */
 int mesh_enabled(void);
+/* mesh_pass's flags. */
+enum {
+    MESH_GROWING = 1,   /* classes that made a new slab since the last pass,
+                           and busy ones, too */
+    MESH_FORCE = 2,     /* classes meshing backs off, too (memory pressure,
+                           sd_shrink_all) */
+};
 /* One bounded pass over the malloc caches: mesh pairs of sparse PARTIAL
- * slabs until `deadline` (monotonic ns; 0 = no bound).  Unless `all`, a
- * class that made a new slab since the last pass is left for later.
+ * slabs until `deadline` (monotonic ns; 0 = no bound).  Without
+ * MESH_GROWING, a class that made a new slab since the last pass, or that
+ * is busy refilling, is left for later; without MESH_FORCE, so is a class
+ * whose meshes were mostly undone (the policy in classes/mesh.c).
  * Returns bytes released; *more (may be NULL) says it stopped with
  * candidates left.  Call with no allocator lock held (the shrinker
  * thread, sd_shrink_all). */
-size_t mesh_pass(uint64_t deadline, int *more, int all);
+size_t mesh_pass(uint64_t deadline, int *more, int flags);
 /* Free p, an object address of alias slab s (state MESHED, s unlocked):
  * redirected to its host.  From cache_free_slow. */
 void mesh_free(struct slab *s, void *p, const char *call);

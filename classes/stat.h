@@ -29,7 +29,10 @@
     X(UNMESHES,         "unmeshes",         "aliases restored when their host emptied") \
     X(SLAB_SPARSE,      "slab_sparse",      "partial slabs frees left at most a quarter in use") \
     X(PAGES_PURGED,     "pages_purged",     "free 4 KiB pages of sparse slabs given back") \
-    X(PAGES_REFILLED,   "pages_refilled",   "purged pages taken back for allocation")
+    X(PAGES_REFILLED,   "pages_refilled",   "purged pages taken back for allocation") \
+    X(SORTS_SKIPPED,    "sorts_skipped",    "shrink passes that found the partial list as last sorted") \
+    X(MESH_SKIPPED_BUSY, "mesh_skipped_busy", "mesh passes that left the class alone: busy refilling") \
+    X(MESH_BACKOFFS,    "mesh_backoffs",    "times meshing backed off the class: its meshes were undone")
 
 enum sd_stat {
 #define X(id, name, doc) SD_STAT_##id,

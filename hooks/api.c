@@ -85,7 +85,7 @@ SD_EXPORT void sd_cache_destroy(sd_cache *s)
     }
     c->dead = 1;
     cache_release_empty(c, 1);
-    vacate_shrink_cache(c, 0, 0);          /* releases nothing live */
+    vacate_shrink_cache(c, 0, 0, 0);          /* releases nothing live */
     if (c->nr_slabs == 0) {
         sd_mutex_lock(&sd_caches_lock);
         __atomic_store_n(&sd_caches[c->id], NULL, __ATOMIC_RELEASE);
@@ -168,7 +168,7 @@ SD_EXPORT int sd_cache_shrink(sd_cache *s)
     if (!c)
         return -EINVAL;
     tcache_flush_self_bin(c->id);
-    vacate_shrink_cache(c, 0, 0);
+    vacate_shrink_cache(c, 0, 0, 0);
     return 0;
 }
 
@@ -182,9 +182,9 @@ SD_EXPORT size_t sd_shrink_all(void)
     for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
         struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
         if (c)
-            bytes += vacate_shrink_cache(c, 0, 0);
+            bytes += vacate_shrink_cache(c, 0, 0, 0);
     }
-    bytes += mesh_pass(0, NULL, 1);     /* SLABDEFRAG_MESH=1: unbounded */
+    bytes += mesh_pass(0, NULL, MESH_GROWING | MESH_FORCE);    /* SLABDEFRAG_MESH=1: unbounded */
     shrinker_note_pass(bytes);
     return bytes;
 }

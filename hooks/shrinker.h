@@ -41,6 +41,8 @@ struct shrinker_stats {
     int      running;
     uint64_t passes;            /* background passes */
     uint64_t decay_passes;      /* interval decay passes that released memory */
+    uint64_t mesh_catchups;     /* meshing's catch-up passes of an idle
+                                   program (mesh only) */
     uint64_t wake_interval, wake_pressure, wake_explicit, wake_rss;
     uint64_t bytes_released;    /* by every pass, API ones included */
     uint64_t longest_pass_ns;   /* the longest background pass */

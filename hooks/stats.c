@@ -189,13 +189,13 @@ static void text_totals(struct out *o, const struct totals *t)
             l.huge_blocks, l.huge_cached_maps);
     out_fmt(o, "Shrinker: %s, %lu passes, %lu bytes released, longest pass "
             "%lu us, longest vacate %lu us, longest get() pause %lu us, "
-            "%lu decay passes\n",
+            "%lu decay passes, %lu mesh catch-ups\n",
             st.running ? "running" : "idle",
             (unsigned long)st.passes, (unsigned long)st.bytes_released,
             (unsigned long)(st.longest_pass_ns / 1000),
             (unsigned long)(st.longest_vacate_ns / 1000),
             (unsigned long)(st.longest_pause_ns / 1000),
-            (unsigned long)st.decay_passes);
+            (unsigned long)st.decay_passes, (unsigned long)st.mesh_catchups);
     struct pcpu_info pc;
     pcpu_get_info(&pc);
     if (pc.on) {
@@ -282,14 +282,15 @@ static void json_totals(struct out *o, const struct totals *t)
     out_fmt(o, "\"shrinker\":{\"running\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
             "\"wake_pressure\":%lu,\"wake_explicit\":%lu,\"wake_rss\":%lu,"
             "\"bytes_released\":%lu,\"longest_pass_us\":%lu,\"longest_vacate_us\":%lu,"
-            "\"longest_pause_us\":%lu,\"decay_passes\":%lu}",
+            "\"longest_pause_us\":%lu,\"decay_passes\":%lu,\"mesh_catchups\":%lu}",
             st.running ? "true" : "false", (unsigned long)st.passes,
             (unsigned long)st.wake_interval, (unsigned long)st.wake_pressure,
             (unsigned long)st.wake_explicit, (unsigned long)st.wake_rss,
             (unsigned long)st.bytes_released,
             (unsigned long)(st.longest_pass_ns / 1000),
             (unsigned long)(st.longest_vacate_ns / 1000),
-            (unsigned long)(st.longest_pause_ns / 1000), (unsigned long)st.decay_passes);
+            (unsigned long)(st.longest_pause_ns / 1000), (unsigned long)st.decay_passes,
+            (unsigned long)st.mesh_catchups);
     struct pcpu_info pc;
     pcpu_get_info(&pc);
     out_fmt(o, ",\"cpu_caches\":{\"mode\":\"%s\",\"cpus\":%u,\"bound_bytes\":%zu,"

@@ -12,12 +12,14 @@
 struct sd_cache;
 
 /* One shrink pass over c: release empty slabs (all, or with `idle` only
- * those past the decay), sort partial slabs fullest first, and (caches
- * with get/kick) vacate those at most a quarter full while more than
- * min_partial remain.  Slabs not reached before `deadline_ns` (0: none)
- * go back to the partial list untouched.  Returns the bytes returned to
- * the OS. */
-size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline_ns, int idle);
+ * those past the decay), sort partial slabs fullest first (not again if
+ * nothing changed since the last sort), and (caches with get/kick) vacate
+ * those at most a quarter full while more than min_partial remain.  Slabs
+ * not reached before `deadline_ns` (0: none) go back to the partial list
+ * untouched.  `drained`: the caller has just drained every CPU's stacks
+ * (pcpu_drain(NULL)), which this otherwise does for c.  Returns the bytes
+ * returned to the OS. */
+size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline_ns, int idle, int drained);
 
 /* The longest time one vacate kept a slab frozen (get, kick and all), and
  * the longest the slab lock was held across get() - the pause frees of

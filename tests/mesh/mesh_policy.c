@@ -1,0 +1,198 @@
+/*
+ * tests/mesh/mesh_policy.c - which classes the background shrinker meshes
+ * (classes/mesh.c, "Which classes a pass meshes"; issue 16), under the
+ * shared library with SLABDEFRAG_MESH=1 and a short interval
+ * (SLABDEFRAG_SHRINK_INTERVAL_MS=20): `mesh_policy --filter mesh/<case>`.
+ * Figures come from the JSON statistics (sd_stats_print_json) only.
+ *
+ *   backoff   a class whose meshes are undone (the sparse slabs meshed in
+ *             the background, then every survivor freed, which unmeshes
+ *             them) is backed off: the statistics count a back-off, and
+ *             fresh sparse slabs of it made at once are not meshed in the
+ *             background for the next 0.3 s (the back-off is 1 s or more);
+ *             sd_shrink_all still meshes them (memory first when the
+ *             program asks)
+ *   busy      a class a thread keeps refilling (thousands of refills a
+ *             second) is left alone by the interval's passes: the
+ *             statistics count skipped passes
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "slabdefrag.h"
+
+#define HARNESS_IN_PROCESS 1
+#include "../harness.h"
+
+#define CHECK(c, ...) cr_assert(c, __VA_ARGS__)
+
+#define OBJ     1000              /* a block of malloc-1024 */
+#define CLASS   "malloc-1024"
+#define NBLOCKS 8192              /* blocks per round (about 8 MiB) */
+
+/* ---- the JSON statistics ---- */
+
+static char *stats_json(void)
+{
+    int fd = memfd_create("stats", 0);
+    CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
+    CHECK(sd_stats_print_json(fd) == 0, "sd_stats_print_json");
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *buf = calloc(1, (size_t)n + 1);
+    CHECK(buf && pread(fd, buf, (size_t)n, 0) == n, "reading the statistics back");
+    close(fd);
+    return buf;
+}
+
+/* Counter `key` of cache `name` (its "counters" object); 0 while the
+ * cache is not listed. */
+static unsigned long cache_counter(const char *name, const char *key)
+{
+    char *json = stats_json();
+    char k[96];
+    snprintf(k, sizeof k, "{\"name\":\"%s\",", name);
+    const char *c = strstr(json, k);
+    if (!c) {                           /* not used yet */
+        free(json);
+        return 0;
+    }
+    c = strstr(c, "\"counters\":{");
+    CHECK(c, "no counters for %s", name);
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *v = strstr(c, k);
+    CHECK(v, "no counter %s", key);
+    unsigned long n = strtoul(v + strlen(k), NULL, 10);
+    free(json);
+    return n;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+/* ---- sparse slabs ---- */
+
+static char *blocks[NBLOCKS];
+
+/* NBLOCKS blocks, then every block but one in eight (at random) freed:
+ * sparse slabs, which the shuffled freelists make likely to mesh. */
+static unsigned make_sparse(unsigned seed)
+{
+    for (unsigned i = 0; i < NBLOCKS; i++) {
+        blocks[i] = malloc(OBJ);
+        CHECK(blocks[i], "malloc");
+        memset(blocks[i], (int)(i & 0xff), OBJ);
+    }
+    unsigned kept = 0;
+    for (unsigned i = 0; i < NBLOCKS; i++) {
+        seed = seed * 1103515245u + 12345u;
+        if ((seed >> 16) % 8) {
+            free(blocks[i]);
+            blocks[i] = NULL;
+        } else {
+            kept++;
+        }
+    }
+    return kept;
+}
+
+static void free_all(void)
+{
+    for (unsigned i = 0; i < NBLOCKS; i++) {
+        if (blocks[i]) {
+            CHECK((unsigned char)blocks[i][OBJ - 1] == (i & 0xff), "block %u changed", i);
+            free(blocks[i]);
+            blocks[i] = NULL;
+        }
+    }
+}
+
+/* Wait (at most 3 s) until the class has made `want` meshes in all. */
+static unsigned long wait_meshes(unsigned long want)
+{
+    unsigned long m = 0;
+    for (int i = 0; i < 150; i++) {
+        m = cache_counter(CLASS, "meshes");
+        if (m >= want)
+            break;
+        sleep_ms(20);
+    }
+    return m;
+}
+
+Test(mesh, backoff, .timeout = 120)
+{
+    /* Rounds of meshes undone: a pass that looks at the class after a
+     * round's unmeshes backs it off (the first verdict may come before the
+     * unmeshes, which wait for the per-CPU stacks to be drained: then the
+     * next round's). */
+    unsigned long m0 = cache_counter(CLASS, "meshes");
+    unsigned long b0 = cache_counter(CLASS, "mesh_backoffs"), backoffs = b0;
+    for (int round = 0; round < 6 && backoffs == b0; round++) {
+        make_sparse(7u + (unsigned)round);
+        unsigned long m = wait_meshes(m0 + 32);
+        CHECK(m >= m0 + 32, "round %d: only %lu meshes in the background", round, m - m0);
+        free_all();                     /* every host empties: unmeshed */
+        /* Poll closely: what follows must run within the back-off (1 s). */
+        for (int i = 0; i < 300 && (backoffs = cache_counter(CLASS, "mesh_backoffs")) == b0; i++)
+            sleep_ms(10);
+        m0 = cache_counter(CLASS, "meshes");
+    }
+    CHECK(backoffs > b0, "no back-off after rounds of meshes undone");
+    /* Backed off (1 s or more): fresh sparse slabs stay as they are. */
+    unsigned long before = cache_counter(CLASS, "meshes");
+    make_sparse(99);
+    sleep_ms(300);
+    unsigned long during = cache_counter(CLASS, "meshes");
+    CHECK(during == before, "%lu meshes while backed off", during - before);
+    /* The program's own request is not backed off. */
+    sd_shrink_all();
+    CHECK(cache_counter(CLASS, "meshes") > during, "sd_shrink_all meshed nothing");
+    free_all();
+}
+
+/* ---- busy ---- */
+
+static volatile int stop_churn;
+
+/* Refills the class's per-CPU stacks (or its active slabs) over and over:
+ * a few hundred blocks allocated and freed each time. */
+static void *churn(void *arg)
+{
+    (void)arg;
+    void *v[512];
+    while (!__atomic_load_n(&stop_churn, __ATOMIC_RELAXED)) {
+        for (int i = 0; i < 512; i++)
+            v[i] = malloc(OBJ);
+        for (int i = 0; i < 512; i++)
+            free(v[i]);
+    }
+    return NULL;
+}
+
+Test(mesh, busy, .timeout = 120)
+{
+    make_sparse(11);                    /* sparse slabs it could mesh */
+    unsigned long skipped = cache_counter(CLASS, "mesh_skipped_busy");
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, churn, NULL) == 0, "pthread_create");
+    for (int i = 0; i < 100 && cache_counter(CLASS, "mesh_skipped_busy") == skipped; i++)
+        sleep_ms(30);
+    unsigned long now = cache_counter(CLASS, "mesh_skipped_busy");
+    __atomic_store_n(&stop_churn, 1, __ATOMIC_RELAXED);
+    pthread_join(t, NULL);
+    CHECK(now > skipped, "the busy class was never skipped (refills %lu)",
+          cache_counter(CLASS, "alloc_refill"));
+    free_all();
+}
