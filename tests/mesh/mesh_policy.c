@@ -33,24 +33,13 @@
 #include "../harness.h"
 
 #define CHECK(c, ...) cr_assert(c, __VA_ARGS__)
+#include "meshjson.h"
 
 #define OBJ     1000              /* a block of malloc-1024 */
 #define CLASS   "malloc-1024"
 #define NBLOCKS 8192              /* blocks per round (about 8 MiB) */
 
-/* ---- the JSON statistics ---- */
-
-static char *stats_json(void)
-{
-    int fd = memfd_create("stats", 0);
-    CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
-    CHECK(sd_stats_print_json(fd) == 0, "sd_stats_print_json");
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *buf = calloc(1, (size_t)n + 1);
-    CHECK(buf && pread(fd, buf, (size_t)n, 0) == n, "reading the statistics back");
-    close(fd);
-    return buf;
-}
+/* ---- the JSON statistics (meshjson.h) ---- */
 
 /* Counter `key` of cache `name` (its "counters" object); 0 while the
  * cache is not listed. */
@@ -58,8 +47,7 @@ static unsigned long cache_counter(const char *name, const char *key)
 {
     char *json = stats_json();
     char k[96];
-    snprintf(k, sizeof k, "{\"name\":\"%s\",", name);
-    const char *c = strstr(json, k);
+    const char *c = json_cache(json, name);
     if (!c) {                           /* not used yet */
         free(json);
         return 0;
