@@ -403,13 +403,12 @@ struct slab *cache_slab_new(struct sd_cache *c)
     if (!s)
         return NULL;
     uint64_t seed = 0;
-    if (c->shuffle) {                       /* a seed per slab, never 0 */
+    if (c->shuffle) {                       /* a seed per slab */
         static uint64_t slabs_made;
         seed = ((uintptr_t)s->start ^ os_now_ns()) +
                __atomic_add_fetch(&slabs_made, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ULL;
-        seed |= 1;
     }
-    slab_format(s, c->size, cap, c->fp_off, c->ctor, seed);
+    slab_format(s, c->size, cap, c->fp_off, c->ctor, c->shuffle, seed);
     s->cache = c;
     s->bin = c->id;
     slab_set_state(s, SLAB_UNUSED);     /* fbin: none until it is allocated from */

@@ -196,15 +196,24 @@ void mesh_init(void)
 /* Placement.  A fresh slab hands its objects out in address order, so a
  * program that frees by a pattern of its allocation order (every other
  * node, all but every fourth record) leaves the same slots live in every
- * slab, and no two slabs can ever mesh.  With SLABDEFRAG_MESH_SHUFFLE=1
- * (the default with meshing) each new slab's freelist is a random
- * permutation (Fisher-Yates when the slab is carved, core/slab.c), as
- * SLUB's CONFIG_SLAB_FREELIST_RANDOM and Mesh's shuffle vectors do.  Unlike
+ * slab, and no two slabs can ever mesh.  With meshing each new slab's
+ * freelist starts at a random object and runs in address order from
+ * there, wrapping around (SLABDEFRAG_MESH_SHUFFLE=1, the default: a random
+ * rotation, core/slab.c): a pattern with period p then leaves slabs whose
+ * rotations differ modulo p disjoint (every other node: half the pairs;
+ * all but every fourth: three in four), and a random pattern stays
+ * random.  SLABDEFRAG_MESH_SHUFFLE=2 makes it a random permutation
+ * (Fisher-Yates, as SLUB's CONFIG_SLAB_FREELIST_RANDOM and Mesh's shuffle
+ * vectors), which also breaks patterns no rotation does, at a price: the
+ * objects a program allocates one after the other land anywhere in their
+ * slab, and everything that walks them in that order (python's cyclic
+ * GC, its dicts) misses the cache - python's dict/str churn spent 0.45 s
+ * more in its 2.6 s fill with the permutation than with the rotation,
+ * which costs no more than address order (README, issue 16).  Unlike
  * Mesh, frees are not shuffled: an object freed and allocated again
  * reuses its slot (LIFO), which keeps the fast path a plain list pop and
- * push; the pattern the shuffle breaks is the one a fresh heap is carved
- * in.  Its cost is in the throughput figures of the README (shuffle on
- * against SLABDEFRAG_MESH_SHUFFLE=0). */
+ * push; the pattern the rotation breaks is the one a fresh heap is
+ * carved in. */
 void mesh_geometry(struct sd_cache *c)
 {
     if (!mesh_enabled() || c->debug)

@@ -40,8 +40,9 @@ struct sd_options {
                                       of vm.max_map_count */
     uint32_t mesh_page_slabs;      /* meshing: a 32..2048 B class holding this
                                       many slabs gets 4/8 KiB ones (0: never) */
-    uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects in
-                                      random order */
+    uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects
+                                      from a random one on (1) or in a
+                                      random order (2): enum slab_order */
     uint32_t percpu;               /* per-CPU caches where rseq allows (0:
                                       per-thread caches) */
     uint32_t percpu_kb;            /* per-CPU budget of the malloc classes */

@@ -50,7 +50,7 @@ static uint64_t next_rand(uint64_t *x)
 }
 
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
-                 uint16_t fpo, void (*ctor)(void *), uint64_t shuffle)
+                 uint16_t fpo, void (*ctor)(void *), unsigned order, uint64_t seed)
 {
     s->fpo = fpo;
     s->size = size;
@@ -70,19 +70,19 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     s->divlim = capacity - 1;
     s->inuse = 0;
     void *last = NULL;
-    if (shuffle) {
+    if (order == SLAB_ORDER_SHUFFLE) {
         /* Fisher-Yates over the indices; once per slab, never per object. */
-        uint16_t order[SLAB_MAX_OBJECTS];
+        uint16_t perm[SLAB_MAX_OBJECTS];
         for (uint32_t i = 0; i < capacity; i++)
-            order[i] = (uint16_t)i;
+            perm[i] = (uint16_t)i;
         for (uint32_t i = capacity; i > 1; i--) {
-            uint32_t j = (uint32_t)(((next_rand(&shuffle) >> 32) * i) >> 32);
-            uint16_t t = order[i - 1];
-            order[i - 1] = order[j];
-            order[j] = t;
+            uint32_t j = (uint32_t)(((next_rand(&seed) >> 32) * i) >> 32);
+            uint16_t t = perm[i - 1];
+            perm[i - 1] = perm[j];
+            perm[j] = t;
         }
         for (uint32_t i = 0; i < capacity; i++) {
-            void *obj = slab_object(s, order[i]);
+            void *obj = slab_object(s, perm[i]);
             if (ctor)
                 ctor(obj);
             slab_link(s, &last, obj);
@@ -90,7 +90,10 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
         slab_link_end(s, last);
         return;
     }
-    for (uint32_t i = 0; i < capacity; i++) {
+    uint32_t r = order == SLAB_ORDER_ROTATE
+                 ? (uint32_t)(((next_rand(&seed) >> 32) * capacity) >> 32) : 0;
+    for (uint32_t k = 0; k < capacity; k++) {
+        uint32_t i = k + r < capacity ? k + r : k + r - capacity;
         void *obj = slab_object(s, i);
         if (ctor)
             ctor(obj);

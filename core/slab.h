@@ -50,12 +50,19 @@ static inline void slab_set_next(const struct slab *s, void *p, void *next)
     *fp = (void *)((uintptr_t)next ^ slab_fp_mix(fp));
 }
 
+/* How slab_format orders a new slab's freelist (meshing, classes/mesh.c:
+ * "Placement"). */
+enum slab_order {
+    SLAB_ORDER_ADDRESS,     /* address order */
+    SLAB_ORDER_ROTATE,      /* address order from a random object on,
+                               wrapping around */
+    SLAB_ORDER_SHUFFLE,     /* a random permutation */
+};
 /* Carve s (start, kind set) into capacity objects of `size` bytes, all on
  * the freelist, free pointers at byte fpo of each; run ctor on each if
- * given.  The freelist is in address order, or, if shuffle is not 0, in a
- * random order drawn from that seed (meshing, classes/mesh.c). */
+ * given.  The freelist is in `order`; the random ones draw from seed. */
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
-                 uint16_t fpo, void (*ctor)(void *), uint64_t shuffle);
+                 uint16_t fpo, void (*ctor)(void *), unsigned order, uint64_t seed);
 /* Mark the free objects in bitmap `map` (capacity bits, cleared first):
  * those on the freelist and those on purged pages (core/types.h).
  * Returns the number of free objects; -1 if the freelist is corrupt (a
