@@ -399,9 +399,12 @@ struct slab *cache_slab_new(struct sd_cache *c)
         kind = c->page_kind;                /* meshing a big class: mesh.c */
         cap = c->page_capacity;
     }
-    struct slab *s = segment_slab_alloc(kind);
+    int dirty;
+    struct slab *s = segment_slab_alloc(kind, &dirty);
     if (!s)
         return NULL;
+    if (dirty && c->debug)                  /* its state words start at 0 */
+        memset(s->start, 0, seg_kind_bytes(kind));
     uint64_t seed = 0;
     if (c->shuffle) {                       /* a seed per slab */
         static uint64_t slabs_made;
@@ -424,7 +427,7 @@ size_t cache_slab_release(struct sd_cache *c, struct slab *s)
     __atomic_fetch_sub(&c->nr_slabs, 1, __ATOMIC_RELAXED);
     if (unlikely(s->mesh_alias))        /* a mesh host: free its aliases */
         mesh_unmesh_host(c, s);
-    size_t bytes = segment_slab_free(s);
+    size_t bytes = segment_slab_free(s, 0);
     cache_stat_add(c, SD_STAT_SLAB_RELEASED, 1);
     cache_stat_add(c, SD_STAT_BYTES_RELEASED, bytes);
     return bytes;
@@ -835,6 +838,8 @@ void cache_decay_tick(void)
                                                   0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return;
     cache_release_decayed();
+    mesh_restore();
+    segment_purge_dirty(0);
     large_decay();
 }
 

@@ -10,8 +10,10 @@
 
 #include "alloc.h"
 #include "large.h"
+#include "mesh.h"
 #include "os.h"
 #include "sample.h"
+#include "segment.h"
 
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
@@ -289,5 +291,7 @@ int sdm_trim(void)
         if (c)
             bytes += cache_release_empty(c, 1);
     }
+    mesh_restore();
+    bytes += segment_purge_dirty(1);
     return bytes > 0;
 }

@@ -18,9 +18,10 @@
  * redirects it here: the object's host address B->start + (p - A->start)
  * is freed into B as any remote free.  malloc_usable_size and realloc use
  * A's geometry, which equals B's.  When the host empties it is never
- * retained: cache_slab_release() calls mesh_unmesh_host(), which maps each
- * alias back onto its own (hole-punched, zero) file pages and gives its
- * slot back, then the host's pages are punched as any released slab's.
+ * retained: cache_slab_release() calls mesh_unmesh_host(), which gives
+ * each alias's slot back as a stale alias (core/segment.c: mesh_restore
+ * maps it back onto its own hole-punched, zero, file pages later, in
+ * runs), then the host's pages are released as any released slab's.
  *
  * Which slabs.  Only PARTIAL slabs of malloc classes of at most
  * MESH_SMALL_MAX (2 KiB) bytes without debugging, in the arena.  Larger
@@ -622,7 +623,7 @@ void mesh_free(struct slab *s, void *p, const char *call)
 
 size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s)
 {
-    size_t bytes = seg_kind_bytes(s->kind), n = 0;
+    size_t n = 0;
     sd_spin_lock(&s->lock);
     struct slab *a = s->mesh_alias;
     s->mesh_alias = NULL;
@@ -634,16 +635,24 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s)
         a->mesh_host = NULL;
         slab_set_state(a, SLAB_RELEASING);
         sd_spin_unlock(&a->lock);
-        if (heapfile_unalias(a->start, bytes))
-            sd_fatal("mesh: cannot remap an alias of %s back (map limit?)", c->name);
-        __atomic_fetch_sub(&stats.maps, 2, __ATOMIC_RELAXED);
         __atomic_fetch_sub(&stats.aliases, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&stats.unmeshes, 1, __ATOMIC_RELAXED);
         cache_stat_add(c, SD_STAT_UNMESHES, 1);
-        segment_slab_free(a);
+        /* Mapped back onto its own (punched, zero) pages later, with its
+         * neighbours: mesh_restore (core/segment.c, "Stale aliases"). */
+        segment_slab_free_alias(a);
         n++;
         a = next;
     }
+    return n;
+}
+
+size_t mesh_restore(void)
+{
+    if (!segment_stale_aliases())
+        return 0;
+    size_t n = segment_restore_aliases();
+    __atomic_fetch_sub(&stats.maps, 2 * n, __ATOMIC_RELAXED);
     return n;
 }
 

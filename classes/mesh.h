@@ -38,10 +38,15 @@ size_t mesh_pass(uint64_t deadline, int *more, int flags);
 /* Free p, an object address of alias slab s (state MESHED, s unlocked):
  * redirected to its host.  From cache_free_slow. */
 void mesh_free(struct slab *s, void *p, const char *call);
-/* Host s is on its way back (RELEASING, off every list, unlocked): restore
- * every alias's own (released) pages and give their slots back.  From
- * cache_slab_release.  Returns the slots given back. */
+/* Host s is on its way back (RELEASING, off every list, unlocked): give
+ * every alias's slot back, as a stale alias that mesh_restore maps onto
+ * its own (punched, zero) pages later.  From cache_slab_release.  Returns
+ * the aliases given back. */
 size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s);
+/* Map the stale aliases back, in runs (core/segment.c): from the
+ * shrinker's thread, the decay tick and every explicit shrink.  Returns
+ * how many.  No allocator lock held. */
+size_t mesh_restore(void);
 
 struct mesh_stats {
     int      enabled;           /* SLABDEFRAG_MESH=1 and the arena is up */

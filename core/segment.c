@@ -2,9 +2,51 @@
  * core/segment.c - segments of equal slots, and the segment map.
  *
  * Locking: one mutex per kind guards its segment list and every segment's
- * slot bitmap.  It is a leaf lock: taken with no other allocator lock held
- * (slabs are created and released outside cache and slab locks), so the
- * fork handler may take it first.
+ * slot bitmaps (used, dirty) and counts.  It is a leaf lock: taken with no
+ * other allocator lock held (slabs are created and released outside cache
+ * and slab locks), so the fork handler may take it first.  It is never
+ * held across a system call that frees memory: a purge takes its slots
+ * (used bit set) under the lock, drops it for the hole punches, and gives
+ * them back under it.
+ *
+ * Slot states (bits used, dirty, stale of the slot):
+ *   0 0 0  free, its pages purged (or never touched): reads back zero
+ *   1 0 0  holds a slab (from segment_slab_alloc to segment_slab_free)
+ *   0 1 0  free and dirty: released, pages still resident ("Dirty slots")
+ *   1 1 0  taken, the lock dropped: being purged (segment_purge_dirty) or
+ *          mapped back (segment_restore_aliases); a fork child, where the
+ *          thread doing it is gone, makes it free and dirty (its arena is
+ *          mapped afresh there, so no alias is left)
+ *   1 0 1  a stale alias: released, still mapped onto its mesh host's
+ *          pages ("Stale aliases"); its descriptor is UNUSED
+ *
+ * Dirty slots.  Meshing's arena (core/heapfile.h) gives a released slab's
+ * pages back with a hole punch, which zaps the range in every mapping of
+ * the file and flushes the TLB of every CPU running the program - an IPI
+ * each, which a virtual machine pays dearly: python's churn made 63,000
+ * of them at 46 us (strace), against 32,000 madvise calls at 10 us
+ * without meshing, and they were a third of its samples.  So with meshing
+ * a released slot is not punched at once: it stays dirty, a new slab of
+ * the kind takes a dirty slot first (no page faults, no punch), and the
+ * dirty slots are punched later in runs of adjacent slots, one call per
+ * run: when the dirty bytes pass DIRTY_SHIFT of the slab memory in use
+ * (at least DIRTY_FLOOR), when a kind has had dirty slots for the decay
+ * (segment_purge_dirty(0), from the decay tick and the shrinker's
+ * passes), and at once on every explicit shrink or trim.  Outside the
+ * arena (meshing off) madvise is cheap enough and a slot is purged when
+ * it is released, as before.
+ *
+ * Stale aliases.  When a mesh host empties, each of its aliases must map
+ * its own file pages again (a hole since the mesh: zero) before its slot
+ * can hold a slab: an mmap and a userfaultfd registration, each changing
+ * the page tables and taking mmap_lock for writing.  Python's interpreter
+ * teardown unmeshed 8,000 aliases that way on its own thread.  Now the
+ * alias's slot stays taken (segment_slab_free_alias) and is mapped back
+ * later, in runs of adjacent slots, one mmap and one registration per run
+ * (segment_restore_aliases: the shrinker's thread, the decay tick, every
+ * explicit shrink).  Until then nothing reads or writes the range: the
+ * slot holds no slab, and its descriptor is UNUSED (a free of a pointer
+ * into it is reported as invalid, as for any free slot).
  */
 #include "segment.h"
 
@@ -12,26 +54,44 @@
 #include <string.h>
 
 #include "heapfile.h"
+#include "options.h"
 #include "os.h"
 
 /* A bit per 4 MiB of the 47-bit address space: 4 MiB of .bss, of which
  * only the pages covering our segments are ever touched. */
 uint64_t segment_map[SEGMENT_MAP_WORDS];
 
+/* The bound on dirty bytes past which the thread releasing a slot purges
+ * them all itself: DIRTY_SHIFT of the slab bytes in use, at least
+ * DIRTY_FLOOR; four times that while a thread purges them every few ms
+ * (segment_dirty_purger: the shrinker's), so that the program's threads
+ * leave the punches to it unless they release faster than it punches
+ * (python's teardown: 34,000 slots in half a second). */
+#define DIRTY_FLOOR (16UL << 20)
+#define DIRTY_SHIFT 4
+#define PURGE_RUNS  32           /* runs taken per lock hold */
+
 struct seg_kind {
     sd_mutex lock;
     struct sd_list segs;        /* segments with free slots first */
     size_t nsegs;
     size_t used;                /* slots holding slabs */
+    size_t ndirty;              /* free dirty slots */
+    uint64_t dirty_since;       /* ns when ndirty last left 0 */
+    size_t nstale;              /* stale aliases */
 };
 
+#define KIND_INIT(i) { SD_MUTEX_INIT, { &kinds[i].segs, &kinds[i].segs }, 0, 0, 0, 0, 0 }
 static struct seg_kind kinds[SEG_NKINDS] = {
-    { SD_MUTEX_INIT, { &kinds[0].segs, &kinds[0].segs }, 0, 0 },
-    { SD_MUTEX_INIT, { &kinds[1].segs, &kinds[1].segs }, 0, 0 },
-    { SD_MUTEX_INIT, { &kinds[2].segs, &kinds[2].segs }, 0, 0 },
-    { SD_MUTEX_INIT, { &kinds[3].segs, &kinds[3].segs }, 0, 0 },
-    { SD_MUTEX_INIT, { &kinds[4].segs, &kinds[4].segs }, 0, 0 },
+    KIND_INIT(0), KIND_INIT(1), KIND_INIT(2), KIND_INIT(3), KIND_INIT(4),
 };
+
+static size_t used_bytes;       /* slab bytes in slots that hold slabs */
+static size_t dirty_bytes;      /* bytes of free dirty slots */
+static size_t stale_slots;      /* stale aliases, every kind */
+static size_t purged_runs, purged_slots, reused_slots;  /* statistics */
+static void (*purger)(void);    /* wakes the thread that purges dirty
+                                   slots and restores stale aliases */
 
 static struct segment *segment_new(unsigned kind)
 {
@@ -60,6 +120,50 @@ static struct segment *segment_new(unsigned kind)
     return seg;
 }
 
+static inline int bit_get(const uint64_t *m, unsigned i)
+{
+    return (int)(m[i >> 6] >> (i & 63) & 1);
+}
+static inline void bit_set(uint64_t *m, unsigned i) { m[i >> 6] |= 1ULL << (i & 63); }
+static inline void bit_clear(uint64_t *m, unsigned i) { m[i >> 6] &= ~(1ULL << (i & 63)); }
+
+/* A segment gaining its first free slot goes to the head of the list, one
+ * losing its last to the tail: allocation looks at the head only. */
+static void seg_nfree_add(struct seg_kind *k, struct segment *seg, int n)
+{
+    unsigned was = seg->nfree;
+    seg->nfree = (uint16_t)(seg->nfree + n);
+    if (!was && seg->nfree) {
+        list_del(&seg->link);
+        list_add_head(&k->segs, &seg->link);
+    } else if (was && !seg->nfree) {
+        list_del(&seg->link);
+        list_add_tail(&k->segs, &seg->link);
+    }
+}
+
+/* A free dirty slot of the kind, or -1 (*segp set to its segment). */
+static int dirty_find(struct seg_kind *k, struct segment **segp)
+{
+    if (!k->ndirty)
+        return -1;
+    for (struct sd_list *l = k->segs.next; l != &k->segs; l = l->next) {
+        struct segment *seg = list_entry(l, struct segment, link);
+        if (!seg->nfree)
+            break;                      /* the full ones are at the tail */
+        if (!seg->ndirty)
+            continue;
+        for (unsigned w = 0; w < (seg->nslots + 63u) / 64; w++) {
+            uint64_t m = seg->dirty[w] & ~seg->used[w];
+            if (m) {
+                *segp = seg;
+                return (int)(w * 64 + (unsigned)__builtin_ctzll(m));
+            }
+        }
+    }
+    return -1;
+}
+
 static int slot_find(struct segment *seg)
 {
     for (unsigned i = seg->hint; i < seg->nslots; i++)
@@ -71,35 +175,43 @@ static int slot_find(struct segment *seg)
     return -1;
 }
 
-struct slab *segment_slab_alloc(unsigned kind)
+struct slab *segment_slab_alloc(unsigned kind, int *dirty)
 {
     struct seg_kind *k = &kinds[kind];
     sd_mutex_lock(&k->lock);
     struct segment *seg = NULL;
-    if (!list_empty(&k->segs)) {
-        seg = list_entry(k->segs.next, struct segment, link);
-        if (!seg->nfree)
-            seg = NULL;
-    }
-    if (!seg) {
-        seg = segment_new(kind);
-        if (!seg) {
-            sd_mutex_unlock(&k->lock);
-            errno = ENOMEM;
-            return NULL;
+    int i = dirty_find(k, &seg);
+    *dirty = i >= 0;
+    if (i >= 0) {
+        bit_clear(seg->dirty, (unsigned)i);
+        seg->ndirty--;
+        k->ndirty--;
+        __atomic_fetch_sub(&dirty_bytes, 1UL << seg->slot_shift, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&reused_slots, 1, __ATOMIC_RELAXED);
+    } else {
+        if (!list_empty(&k->segs)) {
+            seg = list_entry(k->segs.next, struct segment, link);
+            if (!seg->nfree)
+                seg = NULL;
         }
-        list_add_head(&k->segs, &seg->link);
-        k->nsegs++;
+        if (!seg) {
+            seg = segment_new(kind);
+            if (!seg) {
+                sd_mutex_unlock(&k->lock);
+                errno = ENOMEM;
+                return NULL;
+            }
+            list_add_head(&k->segs, &seg->link);
+            k->nsegs++;
+        }
+        i = slot_find(seg);
+        SD_ASSERT(i >= 0 && !bit_get(seg->dirty, (unsigned)i));   /* none dirty: dirty_find */
+        seg->hint = (uint16_t)(i + 1 < seg->nslots ? i + 1 : seg->first);
     }
-    int i = slot_find(seg);
-    SD_ASSERT(i >= 0);
-    seg->used[i >> 6] |= 1ULL << (i & 63);
-    seg->hint = (uint16_t)(i + 1 < seg->nslots ? i + 1 : seg->first);
-    if (--seg->nfree == 0) {
-        list_del(&seg->link);
-        list_add_tail(&k->segs, &seg->link);
-    }
+    bit_set(seg->used, (unsigned)i);
+    seg_nfree_add(k, seg, -1);
     k->used++;
+    __atomic_fetch_add(&used_bytes, 1UL << seg->slot_shift, __ATOMIC_RELAXED);
     struct slab *s = &seg->slabs[i];
     /* Not the lock: a stale sd_vacate() may be spinning on it. */
     memset((char *)s + sizeof s->lock, 0, sizeof *s - sizeof s->lock);
@@ -111,26 +223,253 @@ struct slab *segment_slab_alloc(unsigned kind)
     return s;
 }
 
-size_t segment_slab_free(struct slab *s)
+static size_t dirty_cap(void)
+{
+    size_t cap = __atomic_load_n(&used_bytes, __ATOMIC_RELAXED) >> DIRTY_SHIFT;
+    if (cap < DIRTY_FLOOR)
+        cap = DIRTY_FLOOR;
+    return __atomic_load_n(&purger, __ATOMIC_RELAXED) ? 4 * cap : cap;
+}
+
+void segment_dirty_purger(void (*wake)(void))
+{
+    __atomic_store_n(&purger, wake, __ATOMIC_RELEASE);
+}
+
+/* The first dirty slot or stale alias after none: wake the purger, whose
+ * sleep may be a whole shrink interval. */
+static void purger_wake(void)
+{
+    void (*wake)(void) = __atomic_load_n(&purger, __ATOMIC_ACQUIRE);
+    if (wake)
+        wake();
+}
+
+size_t segment_slab_free(struct slab *s, int zero)
 {
     struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
     struct seg_kind *k = &kinds[seg->kind];
     size_t bytes = 1UL << seg->slot_shift;
-    heapfile_purge(s->start, bytes);
+    int defer = !zero && heapfile_contains(s->start);
+    if (!zero && !defer)
+        heapfile_purge(s->start, bytes);
     unsigned i = (unsigned)(s - seg->slabs);
     sd_mutex_lock(&k->lock);
     slab_set_state(s, SLAB_UNUSED);
     s->cache = NULL;
-    seg->used[i >> 6] &= ~(1ULL << (i & 63));
-    if (seg->nfree++ == 0) {
-        list_del(&seg->link);
-        list_add_head(&k->segs, &seg->link);
-    }
+    bit_clear(seg->used, i);
+    seg_nfree_add(k, seg, 1);
     if (i < seg->hint)
         seg->hint = (uint16_t)i;
     k->used--;
+    __atomic_fetch_sub(&used_bytes, bytes, __ATOMIC_RELAXED);
+    size_t dirty = 0;
+    if (defer) {
+        bit_set(seg->dirty, i);
+        seg->ndirty++;
+        if (!k->ndirty++)
+            k->dirty_since = os_now_ns();
+        dirty = __atomic_add_fetch(&dirty_bytes, bytes, __ATOMIC_RELAXED);
+    }
     sd_mutex_unlock(&k->lock);
+    if (dirty > dirty_cap())
+        segment_purge_dirty(1);
+    else if (dirty == bytes)
+        purger_wake();
     return bytes;
+}
+
+/* A run of adjacent slots of one segment (purges and restores). */
+struct run {
+    struct segment *seg;
+    unsigned first, n;
+};
+
+void segment_slab_free_alias(struct slab *s)
+{
+    struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
+    struct seg_kind *k = &kinds[seg->kind];
+    unsigned i = (unsigned)(s - seg->slabs);
+    sd_mutex_lock(&k->lock);
+    slab_set_state(s, SLAB_UNUSED);
+    s->cache = NULL;
+    bit_set(seg->stale, i);             /* the used bit stays: taken */
+    seg->nstale++;
+    k->nstale++;
+    k->used--;
+    __atomic_fetch_sub(&used_bytes, 1UL << seg->slot_shift, __ATOMIC_RELAXED);
+    size_t stale = __atomic_add_fetch(&stale_slots, 1, __ATOMIC_RELAXED);
+    sd_mutex_unlock(&k->lock);
+    if (stale == 1)
+        purger_wake();
+}
+
+size_t segment_stale_aliases(void)
+{
+    return __atomic_load_n(&stale_slots, __ATOMIC_RELAXED);
+}
+
+size_t segment_restore_aliases(void)
+{
+    size_t total = 0;
+    for (unsigned kind = 0; kind < SEG_NKINDS; kind++) {
+        struct seg_kind *k = &kinds[kind];
+        if (!__atomic_load_n(&k->nstale, __ATOMIC_RELAXED))
+            continue;
+        struct run runs[PURGE_RUNS];
+        for (;;) {
+            unsigned nr = 0;
+            sd_mutex_lock(&k->lock);
+            for (struct sd_list *l = k->segs.next; l != &k->segs && nr < PURGE_RUNS; l = l->next) {
+                struct segment *seg = list_entry(l, struct segment, link);
+                for (unsigned i = seg->first; seg->nstale && i < seg->nslots && nr < PURGE_RUNS; i++) {
+                    if (!bit_get(seg->stale, i))
+                        continue;
+                    unsigned n = 0;
+                    while (i + n < seg->nslots && bit_get(seg->stale, i + n)) {
+                        bit_clear(seg->stale, i + n);   /* still used: taken */
+                        bit_set(seg->dirty, i + n);     /* (for a fork child) */
+                        n++;
+                    }
+                    seg->nstale = (uint16_t)(seg->nstale - n);
+                    k->nstale -= n;
+                    runs[nr++] = (struct run){ seg, i, n };
+                    i += n;
+                }
+            }
+            sd_mutex_unlock(&k->lock);
+            if (!nr)
+                break;
+            unsigned ok = 0;
+            for (; ok < nr; ok++) {
+                struct run *r = &runs[ok];
+                if (heapfile_unalias((char *)r->seg - SEG_GUARD + ((size_t)r->first << r->seg->slot_shift),
+                                     (size_t)r->n << r->seg->slot_shift))
+                    break;                      /* out of mappings: later */
+            }
+            sd_mutex_lock(&k->lock);
+            for (unsigned j = 0; j < nr; j++) {
+                struct segment *seg = runs[j].seg;
+                for (unsigned i = runs[j].first; i < runs[j].first + runs[j].n; i++) {
+                    bit_clear(seg->dirty, i);
+                    if (j < ok)
+                        bit_clear(seg->used, i);        /* free and zero */
+                    else
+                        bit_set(seg->stale, i);         /* stale again */
+                }
+                if (j < ok) {
+                    seg_nfree_add(k, seg, (int)runs[j].n);
+                    if (runs[j].first < seg->hint)
+                        seg->hint = (uint16_t)runs[j].first;
+                    total += runs[j].n;
+                } else {
+                    seg->nstale = (uint16_t)(seg->nstale + runs[j].n);
+                    k->nstale += runs[j].n;
+                }
+            }
+            sd_mutex_unlock(&k->lock);
+            if (ok < nr)
+                break;
+        }
+    }
+    __atomic_fetch_sub(&stale_slots, total, __ATOMIC_RELAXED);
+    return total;
+}
+
+/* ---------------------------------------------------------------- */
+/* Dirty slots: the purge                                            */
+
+/* Take up to PURGE_RUNS runs of adjacent free dirty slots of kind k (the
+ * lock held): used bits set, so nothing allocates them while they are
+ * punched; they leave the dirty bytes now (a fork child puts back the
+ * ones it finds taken). */
+static unsigned runs_take(struct seg_kind *k, struct run *runs)
+{
+    unsigned nr = 0;
+    for (struct sd_list *l = k->segs.next; l != &k->segs && nr < PURGE_RUNS;) {
+        struct segment *seg = list_entry(l, struct segment, link);
+        l = l->next;                    /* seg may move to the tail */
+        if (!seg->nfree)
+            break;
+        for (unsigned i = seg->first; seg->ndirty && i < seg->nslots && nr < PURGE_RUNS; i++) {
+            if (!bit_get(seg->dirty, i) || bit_get(seg->used, i))
+                continue;
+            unsigned n = 0;
+            while (i + n < seg->nslots && bit_get(seg->dirty, i + n) && !bit_get(seg->used, i + n)) {
+                bit_set(seg->used, i + n);
+                n++;
+            }
+            seg->ndirty = (uint16_t)(seg->ndirty - n);
+            k->ndirty -= n;
+            seg_nfree_add(k, seg, -(int)n);
+            __atomic_fetch_sub(&dirty_bytes, (size_t)n << seg->slot_shift, __ATOMIC_RELAXED);
+            runs[nr++] = (struct run){ seg, i, n };
+            i += n;
+        }
+    }
+    if (!k->ndirty)
+        k->dirty_since = 0;
+    return nr;
+}
+
+size_t segment_purge_dirty(int all)
+{
+    uint64_t now = all ? 0 : os_now_ns(), decay = (uint64_t)sd_opt.decay_ms * 1000000ull;
+    size_t total = 0;
+    for (unsigned kind = 0; kind < SEG_NKINDS; kind++) {
+        struct seg_kind *k = &kinds[kind];
+        if (!__atomic_load_n(&k->ndirty, __ATOMIC_RELAXED))
+            continue;
+        struct run runs[PURGE_RUNS];
+        sd_mutex_lock(&k->lock);
+        if (!all && (!k->dirty_since || now - k->dirty_since < decay)) {
+            sd_mutex_unlock(&k->lock);
+            continue;
+        }
+        for (;;) {
+            unsigned nr = runs_take(k, runs);
+            sd_mutex_unlock(&k->lock);
+            if (!nr)
+                break;
+            size_t bytes = 0, slots = 0;
+            for (unsigned r = 0; r < nr; r++) {
+                size_t b = (size_t)runs[r].n << runs[r].seg->slot_shift;
+                heapfile_purge((char *)runs[r].seg - SEG_GUARD +
+                               ((size_t)runs[r].first << runs[r].seg->slot_shift), b);
+                bytes += b;
+                slots += runs[r].n;
+            }
+            __atomic_fetch_add(&purged_runs, nr, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&purged_slots, slots, __ATOMIC_RELAXED);
+            total += bytes;
+            sd_mutex_lock(&k->lock);
+            for (unsigned r = 0; r < nr; r++) {
+                struct segment *seg = runs[r].seg;
+                for (unsigned i = runs[r].first; i < runs[r].first + runs[r].n; i++) {
+                    bit_clear(seg->used, i);
+                    bit_clear(seg->dirty, i);
+                }
+                seg_nfree_add(k, seg, (int)runs[r].n);
+                if (runs[r].first < seg->hint)
+                    seg->hint = (uint16_t)runs[r].first;
+            }
+        }
+    }
+    return total;
+}
+
+size_t segment_dirty_bytes(void)
+{
+    return __atomic_load_n(&dirty_bytes, __ATOMIC_RELAXED);
+}
+
+void segment_dirty_stats(struct segment_dirty_stats *st)
+{
+    st->bytes = __atomic_load_n(&dirty_bytes, __ATOMIC_RELAXED);
+    st->cap = dirty_cap();
+    st->purged_runs = __atomic_load_n(&purged_runs, __ATOMIC_RELAXED);
+    st->purged_slots = __atomic_load_n(&purged_slots, __ATOMIC_RELAXED);
+    st->reused_slots = __atomic_load_n(&reused_slots, __ATOMIC_RELAXED);
 }
 
 void segment_for_each_slab(void (*fn)(struct slab *s, void *arg), void *arg,
@@ -181,12 +520,39 @@ void segment_lock_all(void)
         sd_mutex_lock(&kinds[kind].lock);
 }
 
+/* A purge or a restore in another thread may have held slots (used and
+ * dirty) when the fork came: in the child that thread is gone, so they
+ * are free and dirty (maybe resident; the child maps its arena afresh,
+ * core/forkcopy.c, so no alias mapping is left either). */
+static void child_return_taken(struct seg_kind *k)
+{
+    for (struct sd_list *l = k->segs.next; l != &k->segs;) {
+        struct segment *seg = list_entry(l, struct segment, link);
+        l = l->next;
+        for (unsigned w = 0; w < (seg->nslots + 63u) / 64; w++) {
+            uint64_t m = seg->used[w] & seg->dirty[w];
+            if (!m)
+                continue;
+            unsigned n = (unsigned)__builtin_popcountll(m);
+            seg->used[w] &= ~m;
+            seg->ndirty = (uint16_t)(seg->ndirty + n);
+            if (!k->ndirty)
+                k->dirty_since = os_now_ns();
+            k->ndirty += n;
+            __atomic_fetch_add(&dirty_bytes, (size_t)n << seg->slot_shift, __ATOMIC_RELAXED);
+            seg_nfree_add(k, seg, (int)n);
+        }
+    }
+}
+
 void segment_unlock_all(int child)
 {
     for (unsigned kind = SEG_NKINDS; kind-- > 0;) {
-        if (child)
+        if (child) {
+            child_return_taken(&kinds[kind]);
             sd_mutex_reset_child(&kinds[kind].lock);
-        else
+        } else {
             sd_mutex_unlock(&kinds[kind].lock);
+        }
     }
 }

@@ -24,14 +24,41 @@ static inline unsigned seg_kind_shift(unsigned kind)
 }
 static inline size_t seg_kind_bytes(unsigned kind) { return 1UL << seg_kind_shift(kind); }
 
-/* A slot of `kind` for a new slab: descriptor zeroed except start/kind,
- * memory zero.  NULL when out of memory (errno ENOMEM).  Takes the kind's
- * lock; call with no other allocator lock held. */
-struct slab *segment_slab_alloc(unsigned kind);
-/* Purge the slab's memory and give its slot back.  The slab must be off
- * every list and unlocked; call with no other allocator lock held.
- * Returns the bytes purged. */
-size_t segment_slab_free(struct slab *s);
+/* A slot of `kind` for a new slab: descriptor zeroed except start/kind;
+ * memory zero, unless *dirty is set: then it is a released slab's, as it
+ * was left (segment.c, "Dirty slots").  NULL when out of memory (errno
+ * ENOMEM).  Takes the kind's lock; call with no other allocator lock held. */
+struct slab *segment_slab_alloc(unsigned kind, int *dirty);
+/* Give the slab's slot back, its memory purged now or (meshing's arena)
+ * dirty until segment_purge_dirty; `zero`: the memory already reads back
+ * zero (a mesh alias), nothing to purge.  The slab must be off every list
+ * and unlocked; call with no other allocator lock held.  Returns the slot's
+ * bytes. */
+size_t segment_slab_free(struct slab *s, int zero);
+/* Give a mesh alias's slot back without mapping it onto its own pages
+ * yet (a stale alias: segment.c); segment_restore_aliases() does, later,
+ * and returns how many it restored.  No allocator lock held. */
+void segment_slab_free_alias(struct slab *s);
+size_t segment_restore_aliases(void);
+size_t segment_stale_aliases(void);     /* how many wait (relaxed) */
+/* Purge dirty slots in runs of adjacent ones: all of them, or (all 0) the
+ * kinds that have had some for the decay.  Returns the bytes purged.  Call
+ * with no allocator lock held. */
+size_t segment_purge_dirty(int all);
+/* A thread purges the dirty slots and restores the stale aliases every few
+ * ms while there are any, and `wake` (an eventfd write, nothing that
+ * allocates or locks) wakes it when the first appears; NULL: no thread any
+ * more.  The program's threads leave more dirty slots to such a thread
+ * (segment.c). */
+void segment_dirty_purger(void (*wake)(void));
+/* Bytes of free dirty slots (a relaxed read). */
+size_t segment_dirty_bytes(void);
+struct segment_dirty_stats {
+    size_t bytes, cap;                  /* dirty now, and the bound */
+    size_t purged_runs, purged_slots;   /* since start: calls, slots */
+    size_t reused_slots;                /* since start: taken while dirty */
+};
+void segment_dirty_stats(struct segment_dirty_stats *st);
 
 #define SEGMENT_MAP_WORDS ((1UL << (SD_VA_BITS - SD_SEGMENT_SHIFT)) / 64)
 extern SD_HIDDEN uint64_t segment_map[SEGMENT_MAP_WORDS];

@@ -158,9 +158,16 @@ struct segment {
     uint16_t first;           /* first slot after the header */
     uint16_t nfree;           /* free slots */
     uint16_t hint;            /* where to start looking for a free slot */
+    uint16_t ndirty;          /* free slots whose pages are still resident */
+    uint16_t nstale;          /* released mesh aliases not yet mapped back */
     struct sd_list link;      /* kind's list of segments */
     uint64_t used[16];        /* bit per slot: 1 = holds a slab (up to
                                  1024 slots: the 4 KiB kind) */
+    uint64_t dirty[16];       /* bit per slot: released, pages not yet
+                                 purged (core/segment.c, "Dirty slots") */
+    uint64_t stale[16];       /* bit per slot: a released mesh alias, still
+                                 mapped onto its host's pages ("Stale
+                                 aliases") */
     struct slab slabs[];      /* one per slot */
 };
 

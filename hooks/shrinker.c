@@ -78,6 +78,7 @@
 #include "options.h"
 #include "os.h"
 #include "pcpu.h"
+#include "segment.h"
 #include "stat.h"
 #include "tcache.h"
 #include "vacate.h"
@@ -122,11 +123,21 @@ static int mesh_more;                        /* last mesh pass was cut short */
 /* The free path's nudge (a burst of frees made many slabs sparse) is
  * acted on once no nudge came for this long. */
 #define NUDGE_QUIET_MS 100
+/* Released slots of meshing's arena wait dirty, and released mesh
+ * aliases stale (core/segment.c), this long after the thread first sees
+ * them (the first one wakes it) before it punches or maps them back, off
+ * the program's threads: meanwhile a new slab may take a dirty slot back,
+ * without a fault. */
+#define DIRTY_PURGE_MS 20
 
 /* The wake eventfd's counter: explicit wakes (sd_shrink_wake, stop) add
- * 1, the free path's nudges WAKE_NUDGE. */
+ * 1, the first dirty slot or stale alias after none WAKE_DIRTY (a wake
+ * that only shortens the sleep: core/segment.c), the free path's nudges
+ * WAKE_NUDGE.  The thread reads the counter at every wake, long before
+ * 2^20 explicit or 2^12 dirty wakes pile up. */
+#define WAKE_DIRTY (1ULL << 20)
 #define WAKE_NUDGE (1ULL << 32)
-#define WAKE_EXPLICIT_MASK (WAKE_NUDGE - 1)
+#define WAKE_EXPLICIT_MASK (WAKE_DIRTY - 1)
 
 /* How much longer than a pass budget shrinker_park() waits for the thread
  * (ms): a pass checks its budget between slabs, and a slab's get()/kick()
@@ -196,6 +207,7 @@ static size_t pass(int urgent, int mesh_all)
     if (mesh_enabled())
         bytes += mesh_pass(os_now_ns() + (uint64_t)sd_opt.pass_budget_ms * 1000000ull,
                            &mesh_more, (mesh_all ? MESH_GROWING : 0) | (urgent ? MESH_FORCE : 0));
+    segment_purge_dirty(urgent);        /* released slots (counted above) */
     uint64_t now = os_now_ns(), dt = now - t0;
     if (sd_opt.pass_events && bytes)    /* scripts/compare marks it on its plots */
         pass_event(bytes);
@@ -222,6 +234,7 @@ static void decay_pass(void)
     pcpu_drain_idle();
     size_t bytes = cache_purge_sparse(os_now_ns() + (uint64_t)sd_opt.pass_budget_ms * 1000000ull);
     bytes += large_purge_decayed() + cache_release_decayed();
+    segment_purge_dirty(1);             /* idle: every released slot */
     if (!bytes)
         return;
     __atomic_fetch_add(&stats.decay_passes, 1, __ATOMIC_RELAXED);
@@ -344,6 +357,16 @@ static void mesh_catchup(void)
     }
 }
 
+/* core/segment.c's wake for its first dirty slot or stale alias: only
+ * the eventfd write (it comes from the free path). */
+static void dirty_wake(void)
+{
+    uint64_t v = WAKE_DIRTY;
+    int fd = __atomic_load_n(&wake_fd, __ATOMIC_RELAXED), saved = errno;
+    if (fd >= 0 && write(fd, &v, sizeof v) < 0) { /* it will time out */ }
+    errno = saved;                  /* free() keeps errno */
+}
+
 void *shrinker_main(void *arg)
 {
     struct pollfd fds[4];
@@ -357,6 +380,9 @@ void *shrinker_main(void *arg)
     const uint64_t interval = (uint64_t)sd_opt.shrink_interval_ms * 1000000ull;
     uint64_t next_interval = os_now_ns() + interval;
     uint64_t last_mesh = 0;         /* ns of the end of the last mesh pass */
+    uint64_t dirty_seen = 0;        /* ns it first saw dirty slots or stale
+                                       aliases it has not dealt with */
+    segment_dirty_purger(dirty_wake);
     for (;;) {
         int n = 0;
         fds[n++] = (struct pollfd){ .fd = wake_fd, .events = POLLIN };
@@ -374,6 +400,10 @@ void *shrinker_main(void *arg)
             wake_at = last_mesh + MESH_AGAIN_MS * 1000000ull;
         if (nudged && nudged + NUDGE_QUIET_MS * 1000000ull < wake_at)
             wake_at = nudged + NUDGE_QUIET_MS * 1000000ull;   /* a mesh pass once the frees pause */
+        if (!dirty_seen && (segment_dirty_bytes() || segment_stale_aliases()))
+            dirty_seen = now;
+        if (dirty_seen && dirty_seen + DIRTY_PURGE_MS * 1000000ull < wake_at)
+            wake_at = dirty_seen + DIRTY_PURGE_MS * 1000000ull;
         int timeout = wake_at <= now ? 0 : (int)((wake_at - now + 999999u) / 1000000u);
         int r = poll(fds, (nfds_t)n, timeout);
         int failed = r < 0 && errno != EINTR;
@@ -387,7 +417,7 @@ void *shrinker_main(void *arg)
             if (v & WAKE_EXPLICIT_MASK) {
                 __atomic_fetch_add(&stats.wake_explicit, 1, __ATOMIC_RELAXED);
                 do_pass = 2;      /* urgent */
-            } else if (v) {
+            } else if (v >= WAKE_NUDGE) {
                 nudged = os_now_ns();   /* frees made slabs sparse: see below */
             }
         }
@@ -405,6 +435,12 @@ void *shrinker_main(void *arg)
         if (r > 0 && ictl >= 0 && fds[ictl].revents & POLLIN && control_ready)
             control_ready(cfd);
         now = os_now_ns();
+        if (dirty_seen && now >= dirty_seen + DIRTY_PURGE_MS * 1000000ull) {
+            dirty_seen = 0;
+            mesh_restore();             /* stale aliases, then dirty slots */
+            segment_purge_dirty(1);
+            now = os_now_ns();
+        }
         if (now >= next_interval) {
             next_interval = now + interval;
             size_t rss = os_rss_bytes();
@@ -440,6 +476,7 @@ void *shrinker_main(void *arg)
             last_mesh = os_now_ns();
         }
     }
+    segment_dirty_purger(NULL);
     return NULL;
 }
 
@@ -645,6 +682,7 @@ void shrinker_after_fork_child(void)
     int was = (running && !stopping && !shut_down) || (parked && resume);
     running = stopping = leaving = shut_down = parked = resume = abandoned = 0;
     cache_sparse_nudge = NULL;      /* until the child's own eventfd is open */
+    segment_dirty_purger(NULL);     /* and its own thread runs */
     /* The files shared with the parent: a wake would reach its thread, and
      * the two would take each other's pressure events.  Closing our copies
      * leaves the parent's open. */

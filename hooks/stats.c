@@ -187,6 +187,13 @@ static void text_totals(struct out *o, const struct totals *t)
             l.extent_blocks, a, l.cached_blocks, b, l.dirty_extents, c,
             l.purged_extents, d, e, l.huge_blocks, f, l.mappings, l.chunks,
             l.huge_blocks, l.huge_cached_maps);
+    struct segment_dirty_stats ds;
+    segment_dirty_stats(&ds);
+    size_str(a, sizeof a, ds.bytes);
+    size_str(b, sizeof b, ds.cap);
+    out_fmt(o, "Slots: %s dirty (bound %s), %zu slots purged in %zu calls, "
+            "%zu reused dirty, %zu stale mesh aliases\n", a, b, ds.purged_slots,
+            ds.purged_runs, ds.reused_slots, segment_stale_aliases());
     out_fmt(o, "Shrinker: %s, %lu passes, %lu bytes released, longest pass "
             "%lu us, longest vacate %lu us, longest get() pause %lu us, "
             "%lu decay passes, %lu mesh catch-ups\n",
@@ -279,6 +286,12 @@ static void json_totals(struct out *o, const struct totals *t)
             l.cached_bytes, l.dirty_extents, l.dirty_bytes, l.purged_extents,
             l.purged_bytes, l.purged_total, l.chunks, l.huge_blocks, l.huge_bytes,
             l.huge_cached_bytes, l.mappings);
+    struct segment_dirty_stats ds;
+    segment_dirty_stats(&ds);
+    out_fmt(o, "\"slots\":{\"dirty_bytes\":%zu,\"dirty_bound_bytes\":%zu,"
+            "\"purged_slots\":%zu,\"purge_calls\":%zu,\"reused_slots\":%zu,"
+            "\"stale_aliases\":%zu},", ds.bytes, ds.cap, ds.purged_slots, ds.purged_runs,
+            ds.reused_slots, segment_stale_aliases());
     out_fmt(o, "\"shrinker\":{\"running\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
             "\"wake_pressure\":%lu,\"wake_explicit\":%lu,\"wake_rss\":%lu,"
             "\"bytes_released\":%lu,\"longest_pass_us\":%lu,\"longest_vacate_us\":%lu,"

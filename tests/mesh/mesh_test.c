@@ -19,8 +19,13 @@
  *   small     random sparse 48-byte objects mesh, contents intact; the
  *             class grows past SLABDEFRAG_MESH_PAGE_SLABS (default 16)
  *             slabs, so it holds 16 KiB and 4 KiB slabs (0: 16 KiB only)
- *   pattern   every fourth object kept in allocation order: shuffled
- *             slabs mesh, unshuffled ones (SLABDEFRAG_MESH_SHUFFLE=0) cannot
+ *   pattern   every fourth object kept in allocation order: rotated (the
+ *             default) or permuted (SLABDEFRAG_MESH_SHUFFLE=2) slabs mesh,
+ *             slabs in address order (SLABDEFRAG_MESH_SHUFFLE=0) cannot
+ *   slots     released slots wait dirty and are reused or punched (by the
+ *             shrinker, unasked, or by sd_shrink_all), unmeshed aliases
+ *             wait stale and are mapped back; no block ever shares memory
+ *             with another meanwhile
  *   hint      sd_defrag_realloc moves objects out of sparse meshed groups
  *   handler   the program's own SIGSEGV handler (installed with
  *             sigaction) is chained: meshing still works and a real fault
@@ -927,9 +932,10 @@ Test(mesh, pattern, .timeout = 300)
                   (void *)v[i], k);
     const char *sh = getenv("SLABDEFRAG_MESH_SHUFFLE");
     int on = !sh || strcmp(sh, "0");
-    printf("pattern: shuffle %s, %lu meshes\n", on ? "on" : "off", f.meshes);
+    printf("pattern: SLABDEFRAG_MESH_SHUFFLE=%s, %lu meshes\n", sh ? sh : "1 (default)",
+           f.meshes);
     if (on)
-        CHECK(f.meshes > 100, "only %lu meshes with shuffled slabs", f.meshes);
+        CHECK(f.meshes > 100, "only %lu meshes with rotated or shuffled slabs", f.meshes);
     else    /* hardly any: a slab whose slots another allocation of the
              * class shifted (stdio, the runtime) may still find a partner
              * (1 in a clean-clone CI run; thousands with shuffling) */
@@ -937,6 +943,97 @@ Test(mesh, pattern, .timeout = 300)
               f.meshes);
     for (unsigned i = 0; i < N; i += 4)
         free(v[i]);
+}
+
+/* ---- slots: dirty slots and stale aliases (core/segment.c) ---- */
+
+struct slot_fig { unsigned long dirty, purged, calls, reused, stale, maps; };
+
+static struct slot_fig slot_fig(void)
+{
+    char *json = stats_json();
+    const char *s = json_object(json, "slots"), *m = json_object(json, "mesh");
+    CHECK(s && m, "no \"slots\" or \"mesh\" object in the JSON statistics");
+    struct slot_fig f = {
+        .dirty = json_num(s, "dirty_bytes"), .purged = json_num(s, "purged_slots"),
+        .calls = json_num(s, "purge_calls"), .reused = json_num(s, "reused_slots"),
+        .stale = json_num(s, "stale_aliases"), .maps = json_num(m, "maps"),
+    };
+    free(json);
+    return f;
+}
+
+/* n blocks of OBJ bytes, each filled by its index: a block that shared
+ * memory with another (a slot handed out while stale, or twice) shows. */
+static void blocks_fill(char **b, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        b[i] = malloc(OBJ);
+        CHECK(b[i], "malloc");
+        fill(b[i], 100 + i);
+    }
+}
+
+static void blocks_check_free(char **b, unsigned n, const char *when)
+{
+    for (unsigned i = 0; i < n; i++)
+        CHECK(filled(b[i], 100 + i), "block %u (%p) overwritten %s", i, (void *)b[i], when);
+    for (unsigned i = 0; i < n; i++)
+        free(b[i]);
+}
+
+Test(mesh, slots, .timeout = 300)
+{
+    static char *b[2 * NBLOCKS];
+    /* Unmeshing leaves stale aliases: free the kept objects (every host
+     * empties) and allocate twice as much at once.  Whether the shrinker
+     * mapped the aliases back meanwhile or not, no new block may share
+     * memory with another. */
+    struct mesh_fig m = sparse_and_meshed(7);
+    unsigned long maps_meshed = slot_fig().maps;
+    free_kept();
+    struct slot_fig s = slot_fig();
+    printf("slots: %lu meshes; after the hosts emptied: %lu stale aliases, %lu maps "
+           "(%lu meshed)\n", m.meshes, s.stale, s.maps, maps_meshed);
+    blocks_fill(b, 2 * NBLOCKS);
+    blocks_check_free(b, 2 * NBLOCKS, "after unmeshing");
+    sd_shrink_all();
+    s = slot_fig();
+    m = mesh_fig();
+    printf("slots: after sd_shrink_all: %lu stale, %lu aliases, %lu maps, %lu dirty bytes\n",
+           s.stale, m.aliases, s.maps, s.dirty);
+    CHECK(s.stale == 0 && m.aliases == 0, "%lu stale aliases, %lu aliases after sd_shrink_all",
+          s.stale, m.aliases);
+    CHECK(s.maps < maps_meshed, "the maps of the aliases were not given back (%lu, %lu meshed)",
+          s.maps, maps_meshed);
+    CHECK(s.dirty == 0, "%lu dirty bytes after sd_shrink_all", s.dirty);
+
+    /* Released slots wait dirty: a round that frees every block and
+     * allocates them again right away takes dirty slots back (no fault,
+     * no punch), the memory still belongs to one block only. */
+    unsigned long reused0 = s.reused, purged0 = s.purged;
+    for (unsigned r = 0; r < 20; r++) {
+        blocks_fill(b, NBLOCKS);
+        blocks_check_free(b, NBLOCKS, "in a round of reuse");
+    }
+    blocks_fill(b, NBLOCKS);
+    blocks_check_free(b, NBLOCKS, "after the rounds");
+    s = slot_fig();
+    printf("slots: 21 rounds of %u blocks: %lu slots reused dirty, %lu purged in %lu calls\n",
+           NBLOCKS, s.reused - reused0, s.purged - purged0, s.calls);
+    CHECK(s.reused > reused0, "no released slot was reused while dirty in 21 rounds");
+
+    /* Nobody asks: the shrinker punches what waits dirty within a few
+     * ms (DIRTY_PURGE_MS); 5 s leaves room for a loaded machine. */
+    size_t rss_full = rss_kb();
+    unsigned waited = 0;
+    while ((s = slot_fig()).dirty && waited < 5000) {
+        usleep(10000);
+        waited += 10;
+    }
+    printf("slots: %lu dirty bytes after %u ms idle; RSS %zu -> %zu KiB\n", s.dirty, waited,
+           rss_full, rss_kb());
+    CHECK(s.dirty == 0, "%lu dirty bytes still after 5 s idle", s.dirty);
 }
 
 /* sd_defrag_realloc moves objects of meshed slabs too: after meshing,
