@@ -333,6 +333,7 @@ size_t segment_restore_aliases(void)
                     }
                     seg->nstale = (uint16_t)(seg->nstale - n);
                     k->nstale -= n;
+                    __atomic_fetch_sub(&stale_slots, n, __ATOMIC_RELAXED);
                     runs[nr++] = (struct run){ seg, i, n };
                     i += n;
                 }
@@ -365,6 +366,7 @@ size_t segment_restore_aliases(void)
                 } else {
                     seg->nstale = (uint16_t)(seg->nstale + runs[j].n);
                     k->nstale += runs[j].n;
+                    __atomic_fetch_add(&stale_slots, runs[j].n, __ATOMIC_RELAXED);
                 }
             }
             sd_mutex_unlock(&k->lock);
@@ -372,7 +374,6 @@ size_t segment_restore_aliases(void)
                 break;
         }
     }
-    __atomic_fetch_sub(&stale_slots, total, __ATOMIC_RELAXED);
     return total;
 }
 
