@@ -285,6 +285,17 @@ struct run {
     unsigned first, n;
 };
 
+/* How many slots from i on have their bit set in `want`, and clear in
+ * `taken` if given. */
+static unsigned run_len(const struct segment *seg, unsigned i, const uint64_t *want,
+                        const uint64_t *taken)
+{
+    unsigned n = 0;
+    while (i + n < seg->nslots && bit_get(want, i + n) && !(taken && bit_get(taken, i + n)))
+        n++;
+    return n;
+}
+
 void segment_slab_free_alias(struct slab *s)
 {
     struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
@@ -323,13 +334,12 @@ size_t segment_restore_aliases(void)
             for (struct sd_list *l = k->segs.next; l != &k->segs && nr < PURGE_RUNS; l = l->next) {
                 struct segment *seg = list_entry(l, struct segment, link);
                 for (unsigned i = seg->first; seg->nstale && i < seg->nslots && nr < PURGE_RUNS; i++) {
-                    if (!bit_get(seg->stale, i))
+                    unsigned n = run_len(seg, i, seg->stale, NULL);
+                    if (!n)
                         continue;
-                    unsigned n = 0;
-                    while (i + n < seg->nslots && bit_get(seg->stale, i + n)) {
-                        bit_clear(seg->stale, i + n);   /* still used: taken */
-                        bit_set(seg->dirty, i + n);     /* (for a fork child) */
-                        n++;
+                    for (unsigned j = i; j < i + n; j++) {
+                        bit_clear(seg->stale, j);       /* still used: taken */
+                        bit_set(seg->dirty, j);         /* (for a fork child) */
                     }
                     seg->nstale = (uint16_t)(seg->nstale - n);
                     k->nstale -= n;
@@ -393,13 +403,11 @@ static unsigned runs_take(struct seg_kind *k, struct run *runs)
         if (!seg->nfree)
             break;
         for (unsigned i = seg->first; seg->ndirty && i < seg->nslots && nr < PURGE_RUNS; i++) {
-            if (!bit_get(seg->dirty, i) || bit_get(seg->used, i))
+            unsigned n = run_len(seg, i, seg->dirty, seg->used);
+            if (!n)
                 continue;
-            unsigned n = 0;
-            while (i + n < seg->nslots && bit_get(seg->dirty, i + n) && !bit_get(seg->used, i + n)) {
-                bit_set(seg->used, i + n);
-                n++;
-            }
+            for (unsigned j = i; j < i + n; j++)
+                bit_set(seg->used, j);
             seg->ndirty = (uint16_t)(seg->ndirty - n);
             k->ndirty -= n;
             seg_nfree_add(k, seg, -(int)n);
