@@ -838,9 +838,14 @@ void cache_decay_tick(void)
                                                   0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return;
     cache_release_decayed();
-    mesh_restore();
-    segment_purge_dirty(0);
+    cache_settle_slots(0);
     large_decay();
+}
+
+size_t cache_settle_slots(int all)
+{
+    mesh_restore();
+    return segment_purge_dirty(all);
 }
 
 /* ---------------------------------------------------------------- */

@@ -127,6 +127,10 @@ size_t cache_purge_sparse(uint64_t deadline);
 /* Release every malloc class's empty slabs retained past the decay;
  * returns the bytes (the shrinker's decay pass). */
 size_t cache_release_decayed(void);
+/* Meshing's arena (core/segment.c): map the stale aliases back, then
+ * punch the dirty slots - all of them, or (all 0) the kinds that have had
+ * some for the decay.  Returns the bytes punched.  No lock held. */
+size_t cache_settle_slots(int all);
 /* Release retained empty slabs: all, or those past the decay.  Returns
  * bytes released. */
 size_t cache_release_empty(struct sd_cache *c, int all);

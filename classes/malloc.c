@@ -10,7 +10,6 @@
 
 #include "alloc.h"
 #include "large.h"
-#include "mesh.h"
 #include "os.h"
 #include "sample.h"
 #include "segment.h"
@@ -291,7 +290,6 @@ int sdm_trim(void)
         if (c)
             bytes += cache_release_empty(c, 1);
     }
-    mesh_restore();
-    bytes += segment_purge_dirty(1);
+    bytes += cache_settle_slots(1);
     return bytes > 0;
 }

@@ -170,8 +170,7 @@ SD_EXPORT int sd_cache_shrink(sd_cache *s)
         return -EINVAL;
     tcache_flush_self_bin(c->id);
     vacate_shrink_cache(c, 0, 0, 0);
-    mesh_restore();
-    segment_purge_dirty(1);
+    cache_settle_slots(1);
     return 0;
 }
 
@@ -188,8 +187,7 @@ SD_EXPORT size_t sd_shrink_all(void)
             bytes += vacate_shrink_cache(c, 0, 0, 0);
     }
     bytes += mesh_pass(0, NULL, MESH_GROWING | MESH_FORCE);    /* SLABDEFRAG_MESH=1: unbounded */
-    mesh_restore();
-    segment_purge_dirty(1);
+    cache_settle_slots(1);
     shrinker_note_pass(bytes);
     return bytes;
 }

@@ -139,6 +139,15 @@ static int mesh_more;                        /* last mesh pass was cut short */
 #define WAKE_NUDGE (1ULL << 32)
 #define WAKE_EXPLICIT_MASK (WAKE_DIRTY - 1)
 
+/* Add v to the wake eventfd's counter, from the free path too (possibly
+ * under a slab lock): only the write, and errno kept, as free() keeps it. */
+static void wake_add(uint64_t v)
+{
+    int fd = __atomic_load_n(&wake_fd, __ATOMIC_RELAXED), saved = errno;
+    if (fd >= 0 && write(fd, &v, sizeof v) < 0) { /* it will time out */ }
+    errno = saved;
+}
+
 /* How much longer than a pass budget shrinker_park() waits for the thread
  * (ms): a pass checks its budget between slabs, and a slab's get()/kick()
  * and a control request can run past it. */
@@ -361,10 +370,7 @@ static void mesh_catchup(void)
  * the eventfd write (it comes from the free path). */
 static void dirty_wake(void)
 {
-    uint64_t v = WAKE_DIRTY;
-    int fd = __atomic_load_n(&wake_fd, __ATOMIC_RELAXED), saved = errno;
-    if (fd >= 0 && write(fd, &v, sizeof v) < 0) { /* it will time out */ }
-    errno = saved;                  /* free() keeps errno */
+    wake_add(WAKE_DIRTY);
 }
 
 void *shrinker_main(void *arg)
@@ -437,8 +443,7 @@ void *shrinker_main(void *arg)
         now = os_now_ns();
         if (dirty_seen && now >= dirty_seen + DIRTY_PURGE_MS * 1000000ull) {
             dirty_seen = 0;
-            mesh_restore();             /* stale aliases, then dirty slots */
-            segment_purge_dirty(1);
+            cache_settle_slots(1);      /* stale aliases, then dirty slots */
             now = os_now_ns();
         }
         if (now >= next_interval) {
@@ -488,10 +493,7 @@ void *shrinker_main(void *arg)
  * so the thread tells it from an explicit wake. */
 static void sparse_nudge(void)
 {
-    uint64_t v = WAKE_NUDGE;
-    int fd = __atomic_load_n(&wake_fd, __ATOMIC_RELAXED), saved = errno;
-    if (fd >= 0 && write(fd, &v, sizeof v) < 0) { /* it will time out */ }
-    errno = saved;                  /* free() keeps errno */
+    wake_add(WAKE_NUDGE);
 }
 
 static void wake_thread(void)
