@@ -19,7 +19,9 @@
  * first time is also walked with a cursor to name its frames
  * (unw_get_proc_name reads the symbol table, static functions included;
  * dladdr otherwise); libunwind may call malloc meanwhile, which the
- * thread's in_prof flag keeps from sampling again.
+ * thread's in_prof flag keeps from sampling again.  libunwind's shared
+ * cache of unwind rules is off (UNW_CACHE_NONE): its mutex, held by
+ * another thread at fork, would hang the child.
  */
 #define _GNU_SOURCE
 #include "prof.h"
@@ -729,6 +731,13 @@ int prof_start(uint64_t interval)
         t->stack[0].cache = PROF_CACHE_MIXED;
         kick_bufs = (struct prof_kick_buf *)((char *)m + tab);
         dl_iterate_phdr(find_self, (void *)(uintptr_t)&prof_start);
+        /* libunwind's cache of unwind rules is one table under a mutex
+         * (Debian's build has no per-thread cache: UNW_CACHE_PER_THREAD
+         * falls back to it): a thread that forks while another holds it
+         * leaves the child's first backtrace waiting forever.  No cache
+         * takes no lock; unw_backtrace's own per-thread trace cache still
+         * spares the rules for frames seen before. */
+        unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
         __atomic_store_n(&prof_tab, t, __ATOMIC_RELEASE);
     }
     if (interval)
