@@ -597,15 +597,17 @@ static void slab_purge_pages_locked(struct sd_cache *c, struct slab *s)
             return;
     }
     s->purged |= pages;
-    unsigned n = 0;
-    while (pages) {                 /* one call per run of pages */
+    unsigned n = 0, nr = 0;
+    struct os_range runs[32];       /* 64 pages: at most 32 runs */
+    while (pages) {                 /* one range per run of pages */
         unsigned first = (unsigned)__builtin_ctzll(pages);
         unsigned len = (unsigned)__builtin_ctzll(~(pages >> first));
-        heapfile_purge(s->start + ((size_t)first << SLAB_PAGE_SHIFT),
-                    (size_t)len << SLAB_PAGE_SHIFT);
+        runs[nr++] = (struct os_range){ s->start + ((size_t)first << SLAB_PAGE_SHIFT),
+                                        (size_t)len << SLAB_PAGE_SHIFT };
         pages &= len >= 64 ? 0 : ~(((1ULL << len) - 1) << first);
         n += len;
     }
+    heapfile_purge_batch(runs, nr); /* one TLB flush for them all */
     cache_stat_add(c, SD_STAT_PAGES_PURGED, n);
     cache_stat_add(c, SD_STAT_BYTES_RELEASED, (size_t)n << SLAB_PAGE_SHIFT);
 }

@@ -521,8 +521,10 @@ static size_t purge_locked(struct xarena *a, uint64_t before, size_t keep)
         if (!k)
             break;
         sd_mutex_unlock(&a->lock);
+        struct os_range r[PURGE_BATCH];
         for (unsigned j = 0; j < k; j++)
-            os_purge(extent_addr(batch[j]), batch[j]->npages * SD_PAGE_SIZE);
+            r[j] = (struct os_range){ extent_addr(batch[j]), batch[j]->npages * SD_PAGE_SIZE };
+        os_purge_batch(r, k);           /* one TLB flush for the batch */
         sd_mutex_lock(&a->lock);
         for (unsigned j = 0; j < k; j++) {
             size_t n = batch[j]->npages;

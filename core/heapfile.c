@@ -84,8 +84,24 @@ void heapfile_purge(void *p, size_t size)
         os_purge(p, size);
 }
 
-/* A remap of the range under the uffd barrier replaces its VMA: the
- * release must wake its waiters rather than un-protect (core/uffd.h). */
+void heapfile_purge_batch(const struct os_range *r, unsigned n)
+{
+    struct os_range anon[OS_BATCH_MAX];
+    unsigned na = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (heapfile_contains(r[i].p)) {
+            os_punch_hole(heapfile_fd, (uintptr_t)r[i].p - heapfile_base, r[i].size);
+            continue;
+        }
+        anon[na++] = r[i];
+        if (na == OS_BATCH_MAX) {
+            os_purge_batch(anon, na);
+            na = 0;
+        }
+    }
+    os_purge_batch(anon, na);
+}
+
 /* A remap of the range under the uffd barrier replaces its VMA: the
  * release must wake its waiters rather than un-protect (core/uffd.h). */
 static void note_remap(void *dst)

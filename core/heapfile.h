@@ -75,6 +75,7 @@
 #include <stdint.h>
 
 #include "fmt.h"
+#include "os.h"
 
 #define HEAPFILE_SIZE (64UL << 30)         /* address space and file size */
 
@@ -95,6 +96,10 @@ int heapfile_segment_map(void **out);
 /* Release the memory of [p, p+size): a hole punch inside the arena (the
  * range must not be an alias), madvise outside it. */
 void heapfile_purge(void *p, size_t size);
+/* heapfile_purge of n ranges: the anonymous ones with one TLB flush for
+ * all (os_purge_batch), the arena's one punch each (a shared file page
+ * written to is flushed range by range in any case). */
+void heapfile_purge_batch(const struct os_range *r, unsigned n);
 /* Point the virtual range [dst, dst+size) at the pages of src's range
  * (a mesh alias); heapfile_unalias points it back at its own file offset. */
 int heapfile_alias(void *dst, const void *src, size_t size);

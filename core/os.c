@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +59,57 @@ int os_unmap(void *p, size_t size)
 int os_purge(void *p, size_t size)
 {
     return madvise(p, size, MADV_DONTNEED) ? errno : 0;
+}
+
+#ifndef SYS_process_madvise
+#define SYS_process_madvise 440
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* A pidfd of this process for process_madvise(2), opened once per pid (a
+ * fork child opens its own).  Two threads opening it at once leave one fd
+ * open, never a closed one in use.  -1 when the kernel has none. */
+static int self_pidfd(void)
+{
+    static int fd = -1, owner;
+    int me = (int)getpid();
+    if (__atomic_load_n(&owner, __ATOMIC_ACQUIRE) == me)
+        return __atomic_load_n(&fd, __ATOMIC_RELAXED);
+    int nfd = (int)syscall(SYS_pidfd_open, me, 0);
+    if (nfd < 0)
+        return -1;
+    __atomic_store_n(&fd, nfd, __ATOMIC_RELAXED);
+    __atomic_store_n(&owner, me, __ATOMIC_RELEASE);
+    return nfd;
+}
+
+void os_purge_batch(const struct os_range *r, unsigned n)
+{
+    for (; n > OS_BATCH_MAX; r += OS_BATCH_MAX, n -= OS_BATCH_MAX)
+        os_purge_batch(r, OS_BATCH_MAX);
+    static int unsupported;             /* no process_madvise(MADV_DONTNEED) */
+    unsigned done = 0;
+    int pfd;
+    if (n > 1 && !__atomic_load_n(&unsupported, __ATOMIC_RELAXED) && (pfd = self_pidfd()) >= 0) {
+        struct iovec iov[OS_BATCH_MAX];
+        size_t want = 0;
+        for (unsigned i = 0; i < n; i++) {
+            iov[i] = (struct iovec){ r[i].p, r[i].size };
+            want += r[i].size;
+        }
+        long got = syscall(SYS_process_madvise, pfd, iov, (size_t)n, MADV_DONTNEED, 0u);
+        if (got == (long)want)
+            return;
+        if (got < 0 && (errno == EINVAL || errno == ENOSYS || errno == EPERM))
+            __atomic_store_n(&unsupported, 1, __ATOMIC_RELAXED);
+        /* a partial one: the ranges it did not reach, one by one */
+        for (size_t left = got > 0 ? (size_t)got : 0; done < n && left >= r[done].size; done++)
+            left -= r[done].size;
+    }
+    for (; done < n; done++)
+        madvise(r[done].p, r[done].size, MADV_DONTNEED);
 }
 
 int os_remap(void *old, size_t old_size, size_t new_size, void **out)

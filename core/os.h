@@ -25,6 +25,14 @@ int os_unmap(void *p, size_t size);
 /* Give the physical memory of [p, p+size) back; the range stays mapped and
  * reads back as zero.  p and size page aligned.  0 or errno. */
 int os_purge(void *p, size_t size);
+/* os_purge of n ranges: one process_madvise(2) call per OS_BATCH_MAX
+ * ranges, whose one TLB flush (an IPI to every other CPU running the
+ * program) covers them all on anonymous memory since Linux 6.16, where a
+ * madvise each flushes each; madvise range by range on a kernel without
+ * process_madvise(MADV_DONTNEED) for itself (before 6.13). */
+#define OS_BATCH_MAX 64
+struct os_range { void *p; size_t size; };
+void os_purge_batch(const struct os_range *r, unsigned n);
 /* Grow or shrink a mapping, possibly moving it.  0 or errno. */
 int os_remap(void *old, size_t old_size, size_t new_size, void **out);
 

@@ -830,3 +830,99 @@ Test(unit, validate_checks_owners_local_list)
     cr_assert_eq(validate_errors(), 0);
     sd_cache_free(c, a);
 }
+
+/* ---- batched purges (os_purge_batch) and dirty slots without meshing ----- */
+
+#include "heapfile.h"
+#include "os.h"
+
+/* Ranges purged in one batch read back zero; the pages between them keep
+ * their bytes; more than OS_BATCH_MAX ranges go in several calls. */
+static void purge_batch_check(void)
+{
+    const size_t pg = SD_PAGE_SIZE;
+    const unsigned n = OS_BATCH_MAX + 9;        /* two calls */
+    unsigned char *m = mmap(NULL, 2 * n * pg, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(m, MAP_FAILED);
+    memset(m, 0xa5, 2 * n * pg);
+    struct os_range r[OS_BATCH_MAX + 9];
+    for (unsigned i = 0; i < n; i++)            /* every other page */
+        r[i] = (struct os_range){ m + 2 * i * pg, pg };
+    os_purge_batch(r, n);
+    for (unsigned i = 0; i < 2 * n; i++) {
+        unsigned char want = i % 2 ? 0xa5 : 0;
+        cr_assert(m[i * pg] == want && m[i * pg + pg - 1] == want,
+                  "page %u reads %#x, want %#x", i, m[i * pg], want);
+    }
+    os_purge_batch(r, 1);                       /* one range: a madvise */
+    os_purge_batch(r, 0);
+    munmap(m, 2 * n * pg);
+}
+
+Test(unit, purge_batch_zeroes_exactly_its_ranges)
+{
+    purge_batch_check();
+    /* The pidfd is the parent's in a fork child: it opens its own (a
+     * process_madvise on the parent's would purge the parent's pages). */
+    unsigned char *shared = mmap(NULL, SD_PAGE_SIZE * 2, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(shared, MAP_FAILED);
+    memset(shared, 0x5a, SD_PAGE_SIZE * 2);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        purge_batch_check();
+        struct os_range r[2] = { { shared, SD_PAGE_SIZE }, { shared + SD_PAGE_SIZE, SD_PAGE_SIZE } };
+        os_purge_batch(r, 2);
+        _exit(shared[0] == 0 && shared[SD_PAGE_SIZE] == 0 ? 0 : 1);
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: status %#x", st);
+    cr_assert(shared[0] == 0x5a && shared[SD_PAGE_SIZE] == 0x5a,
+              "the child's purge reached the parent's pages");
+    munmap(shared, SD_PAGE_SIZE * 2);
+}
+
+/* Without meshing a released slot stays dirty only up to a small bound
+ * (a batch for os_purge_batch), a new slab takes a dirty slot back, and a
+ * trim purges them all. */
+Test(unit, released_slots_stay_dirty_within_the_bound)
+{
+    struct segment_dirty_stats ds;
+    void *first = sdm_malloc(1);        /* meshing is decided by now */
+    sdm_free(first);
+    if (heapfile_base)
+        cr_skip_test("meshing is on (its bound is the arena's)");
+    sd_cache *c = sd_cache_create("dirty-bound", 1024, 0, SD_NO_MERGE, NULL, NULL);
+    cr_assert_not_null(c);
+    enum { N = 4096 };                  /* 4 MiB: 256 slabs of 16 KiB */
+    void **p = malloc(N * sizeof *p);
+    cr_assert_not_null(p);
+    for (int i = 0; i < N; i++) {
+        p[i] = sd_cache_alloc(c);
+        cr_assert_not_null(p[i]);
+        memset(p[i], 0x77, 1024);
+    }
+    segment_dirty_stats(&ds);
+    size_t purged0 = ds.purged_slots, reused0 = ds.reused_slots;
+    for (int i = 0; i < N; i++)
+        sd_cache_free(c, p[i]);
+    sd_cache_shrink(c);                 /* the empties go back to their segments */
+    segment_dirty_stats(&ds);
+    cr_assert_leq(ds.bytes, ds.cap, "%zu dirty bytes, bound %zu", ds.bytes, ds.cap);
+    cr_assert_gt(ds.purged_slots, purged0, "nothing purged past the bound");
+    if (ds.bytes) {                     /* a dirty slot is taken first */
+        void *q = sd_cache_alloc(c);
+        cr_assert_not_null(q);
+        segment_dirty_stats(&ds);
+        cr_assert_gt(ds.reused_slots, reused0);
+        sd_cache_free(c, q);
+    }
+    sd_cache_destroy(c);
+    sdm_trim();
+    segment_dirty_stats(&ds);
+    cr_assert_eq(ds.bytes, 0, "%zu dirty bytes after a trim", ds.bytes);
+    free(p);
+}
