@@ -6,7 +6,12 @@
  * A are copied into the target B's pages at the same offsets, A's virtual
  * range is remapped onto B's file pages (core/heapfile.c) and A's own pages
  * are released.  No pointer changes: an object of A keeps its A address
- * and reads and writes through it reach B's pages.
+ * and reads and writes through it reach B's pages.  A page slab lives in
+ * anonymous memory until it is a host (core/segment.c, "Anonymous
+ * segments"): a B that is not file-backed yet is made so first, under a
+ * barrier of its own (heapfile_file: its bytes copied into its own file
+ * offset, the file mapped there), and then counts a mapping like an alias
+ * (per run of adjacent filed slots) against the mapping budget.
  *
  * ---------------------------------------------------------------------
  * States.  B (the host) stays an ordinary slab: PARTIAL, FULL, ACTIVE...
@@ -21,7 +26,7 @@
  * retained: cache_slab_release() calls mesh_unmesh_host(), which gives
  * each alias's slot back as a stale alias (core/segment.c: mesh_restore
  * maps it back onto its own hole-punched, zero, file pages later, in
- * runs), then the host's pages are released as any released slab's.
+ * runs, or onto anonymous zero memory in an anonymous segment), then the host's pages are released as any released slab's.
  *
  * Which slabs.  Only PARTIAL slabs of malloc classes of at most
  * MESH_SMALL_MAX (2 KiB) bytes without debugging, in the arena.  Larger
@@ -266,6 +271,20 @@ static int disjoint(const uint64_t *a, const uint64_t *b, unsigned words)
 /* ---------------------------------------------------------------- */
 /* One mesh                                                          */
 
+/* b's freelist over the slots clear in `used`; returns how many. */
+static uint32_t relink_free(struct slab *b, const uint64_t *used, uint32_t cap)
+{
+    void *last = NULL;
+    uint32_t nfree = 0;
+    for (uint32_t i = 0; i < cap; i++)
+        if (!(used[i >> 6] >> (i & 63) & 1)) {
+            slab_link(b, &last, slab_object(b, i));
+            nfree++;
+        }
+    slab_link_end(b, last);
+    return nfree;
+}
+
 /* Mesh FROZEN source a into FROZEN target b (both unlocked on entry and
  * exit).  1 meshed, 0 not (busy, no longer disjoint), -1 stop (map cap). */
 static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
@@ -285,13 +304,28 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
     if (a->state != SLAB_FROZEN || b->state != SLAB_FROZEN || na <= 0 ||
         nb < 0 || a->mesh_alias || !disjoint(ua, ub, words))
         goto out;
-    uint64_t maps = __atomic_load_n(&stats.maps, __ATOMIC_RELAXED);
-    if (maps + 2 > stats.max_maps) {
+    /* An anonymous host is filed first (heapfile_file, under its own
+     * barrier): a mapping of its own, like an alias. */
+    int filing = !segment_slab_filed(b);
+    size_t runs;
+    segment_filed_slots(&runs);
+    uint64_t maps = __atomic_load_n(&stats.maps, __ATOMIC_RELAXED) + 2 * runs;
+    if (maps + (filing ? 4 : 2) > stats.max_maps) {
         __atomic_fetch_add(&stats.map_limit_hits, 1, __ATOMIC_RELAXED);
         ret = -1;
         goto out;
     }
     uint64_t t0 = os_now_ns();
+    if (filing) {
+        if (barrier_protect_begin(b->start, bytes))
+            goto out;
+        int err = heapfile_file(b->start, bytes);
+        barrier_protect_end();
+        if (err)
+            goto out;
+        heapfile_register(b->start, bytes);
+        segment_slab_set_filed(b, 1);
+    }
     if (barrier_protect_begin(a->start, bytes))
         goto out;
     for (unsigned w = 0; w < words; w++)
@@ -299,27 +333,31 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
             size_t off = (size_t)(w * 64 + (unsigned)__builtin_ctzll(m)) * c->size;
             memcpy(b->start + off, a->start + off, c->size);
         }
-    int err = heapfile_alias(a->start, b->start, bytes);
-    if (err)
+    /* An anonymous a's bytes go to its own file pages first: if the remap
+     * fails, a is mapped back onto them (filed) with nothing lost. */
+    int a_anon = !segment_slab_filed(a), remapped = 0;
+    int err = a_anon ? heapfile_copy_out(a->start, bytes) : 0;
+    if (!err && (err = heapfile_alias(a->start, b->start, bytes))) {
         heapfile_unalias(a->start, bytes);     /* back to its own pages, writable */
+        remapped = 1;
+        if (a_anon)
+            segment_slab_set_filed(a, 1);
+    }
     barrier_protect_end();
     stat_max(&stats.longest_pause_ns, os_now_ns() - t0);
-    if (err)
+    if (err) {                  /* the copies overwrote b's free list */
+        relink_free(b, ub, cap);
+        if (remapped)                           /* under the barrier */
+            heapfile_register(a->start, bytes);
         goto out;
-    heapfile_purge(a->start, bytes);           /* a's own file pages */
+    }
+    heapfile_punch(a->start, bytes);           /* a's own file pages, if any */
+    segment_slab_set_filed(a, 0);               /* it maps b's now */
 
     /* The host's freelist over the slots free in every member. */
-    void *last = NULL;
-    uint32_t nfree = 0;
-    for (uint32_t i = 0; i < cap; i++) {
-        ub[i >> 6] |= ua[i >> 6] & (1ULL << (i & 63));
-        if (!(ub[i >> 6] >> (i & 63) & 1)) {
-            slab_link(b, &last, slab_object(b, i));
-            nfree++;
-        }
-    }
-    slab_link_end(b, last);
-    b->inuse = cap - nfree;
+    for (unsigned w = 0; w < words; w++)
+        ub[w] |= ua[w];
+    b->inuse = cap - relink_free(b, ub, cap);
     memcpy(bmap, ub, words * sizeof(uint64_t));
     a->inuse = 0;
     a->freelist = NULL;
@@ -659,6 +697,9 @@ size_t mesh_restore(void)
 void mesh_get_stats(struct mesh_stats *st)
 {
     *st = stats;
+    size_t runs;
+    st->filed = segment_filed_slots(&runs);
+    st->maps += 2 * runs;
     st->enabled = mesh_enabled();
     st->barrier = barrier_name();
     st->fault_waits = barrier_fault_waits();

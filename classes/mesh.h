@@ -57,7 +57,10 @@ struct mesh_stats {
     uint64_t unmeshes;          /* aliases restored */
     uint64_t bytes_released;    /* by meshing */
     uint64_t aliases;           /* aliases now */
-    uint64_t maps, max_maps;    /* mappings meshing holds (2 per alias), cap */
+    uint64_t maps, max_maps;    /* mappings meshing holds (2 per alias and
+                                   per run of filed hosts), cap */
+    uint64_t filed;             /* hosts in anonymous segments made
+                                   file-backed, now (core/segment.c) */
     uint64_t map_limit_hits;    /* meshes refused by the cap */
     uint64_t time_ns;           /* time spent meshing, in total */
     uint64_t longest_pause_ns;  /* the longest a slab stayed write-protected */

@@ -135,7 +135,8 @@ void forkcopy_child_copy(void)
     size_t used = heapfile_used();
     if (os_memfd(HEAPFILE_SIZE, &fd) ||
         os_copy_file_data(heapfile_fd, fd, used) ||
-        os_map_shared_fixed((void *)heapfile_base, used, fd, 0))
+        os_protect((void *)heapfile_base, used, 1) ||  /* read-only since the prepare */
+        segment_child_map_file(fd))
         sd_fatal("fork: cannot copy the mesh arena for the child (errno %d)", errno);
     int old = heapfile_fd;
     heapfile_fd = fd;

@@ -14,6 +14,7 @@
 #include "heapfile_internal.h"
 #include "options.h"
 #include "os.h"
+#include "segment.h"
 #include "types.h"
 #include "uffd.h"
 
@@ -59,7 +60,7 @@ int heapfile_init(void)
     return 0;
 }
 
-int heapfile_segment_map(void **out)
+int heapfile_segment_map(void **out, int anon)
 {
     if (!heapfile_base)
         return ENOMEM;
@@ -67,7 +68,8 @@ int heapfile_segment_map(void **out)
     if (off + SD_SEGMENT_SIZE > HEAPFILE_SIZE)
         return ENOMEM;
     void *p = (void *)(heapfile_base + off);
-    int err = os_map_shared_fixed(p, SD_SEGMENT_SIZE, heapfile_fd, off);
+    int err = anon ? os_map_anon_fixed(p, SD_SEGMENT_SIZE)
+                   : os_map_shared_fixed(p, SD_SEGMENT_SIZE, heapfile_fd, off);
     if (err)
         return err;                     /* the hole stays unused */
     if (uffd_ready())
@@ -76,9 +78,16 @@ int heapfile_segment_map(void **out)
     return 0;
 }
 
+/* In the arena and mapped onto its own file pages (not an anonymous
+ * segment's unfiled slot, core/segment.c). */
+static int file_backed(const void *p)
+{
+    return heapfile_contains(p) && segment_addr_filed(p);
+}
+
 void heapfile_purge(void *p, size_t size)
 {
-    if (heapfile_contains(p))
+    if (file_backed(p))
         os_punch_hole(heapfile_fd, (uintptr_t)p - heapfile_base, size);
     else
         os_purge(p, size);
@@ -89,7 +98,7 @@ void heapfile_purge_batch(const struct os_range *r, unsigned n)
     struct os_range anon[OS_BATCH_MAX];
     unsigned na = 0;
     for (unsigned i = 0; i < n; i++) {
-        if (heapfile_contains(r[i].p)) {
+        if (file_backed(r[i].p)) {
             os_punch_hole(heapfile_fd, (uintptr_t)r[i].p - heapfile_base, r[i].size);
             continue;
         }
@@ -123,6 +132,60 @@ int heapfile_unalias(void *dst, size_t size)
     if (!err && uffd_ready() && !(barrier_mine && barrier_uffd))
         uffd_register(dst, size);       /* merges with its registered neighbours */
     return err;
+}
+
+int heapfile_unalias_anon(void *dst, size_t size)
+{
+    note_remap(dst);
+    int err = os_map_anon_fixed(dst, size);
+    if (!err && uffd_ready() && !(barrier_mine && barrier_uffd))
+        uffd_register(dst, size);
+    return err;
+}
+
+int heapfile_copy_out(const void *p, size_t size)
+{
+    return os_pwrite_all(heapfile_fd, p, size, (uintptr_t)p - heapfile_base);
+}
+
+int heapfile_file(void *p, size_t size)
+{
+    size_t off = (uintptr_t)p - heapfile_base;
+    int err = heapfile_copy_out(p, size);
+    if (err)
+        return err;                     /* still anonymous, untouched */
+    note_remap(p);
+    if (os_map_shared_fixed(p, size, heapfile_fd, off) &&
+        (err = os_map_shared_fixed(p, size, heapfile_fd, off)))
+        sd_fatal("meshing: cannot map a slab onto the arena file (errno %d): "
+                 "its objects are in the file only", err);
+    return 0;
+}
+
+void heapfile_register(void *p, size_t size)
+{
+    if (uffd_ready())
+        uffd_register(p, size);
+}
+
+int heapfile_unfile(void *p, size_t size)
+{
+    size_t off = (uintptr_t)p - heapfile_base;
+    int err = os_map_anon_fixed(p, size);
+    if (err) {                          /* it may be unmapped now: filed again */
+        os_map_shared_fixed(p, size, heapfile_fd, off);
+        os_punch_hole(heapfile_fd, off, size);
+        return err;
+    }
+    os_punch_hole(heapfile_fd, off, size);  /* no mapping left: no TLB flush */
+    if (uffd_ready())
+        uffd_register(p, size);
+    return 0;
+}
+
+void heapfile_punch(void *p, size_t size)
+{
+    os_punch_hole(heapfile_fd, (uintptr_t)p - heapfile_base, size);
 }
 
 int heapfile_mapped(const void *p, size_t len)

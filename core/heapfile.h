@@ -10,8 +10,11 @@
  * With SLABDEFRAG_MESH=1 every segment is carved out of one memfd mapped
  * MAP_SHARED: the segment at address base + off is file offset off, so a
  * slab's physical pages can be shared by two virtual ranges (a mesh) and
- * released with a hole punch.  Without the option nothing here is used
- * and segments are private anonymous memory as before.
+ * released with a hole punch.  The page slabs' segments are the
+ * exception: private anonymous memory at their place in the arena, where
+ * only the slots that host a mesh are mapped onto the file
+ * (core/segment.c, "Anonymous segments").  Without the option nothing
+ * here is used and segments are private anonymous memory as before.
  *
  * The arena also owns the write barrier meshing and fork need: while a
  * slab's objects are copied (a mesh) or the heap is copied for a fork
@@ -34,8 +37,9 @@
  *
  * Fork (a shared mapping would otherwise share the heap with the child):
  * prepare makes the arena read-only; the child copies the arena's data
- * into a fresh memfd, maps it over the same addresses, re-creates the mesh
- * aliases and tells the parent through a pipe; the parent then makes its
+ * into a fresh memfd, maps it over the same addresses (the file-backed
+ * ones: anonymous segments are the child's own copy already), re-creates
+ * the mesh aliases and tells the parent through a pipe; the parent then makes its
  * arena writable again.  Parent threads that write meanwhile wait in the
  * handler.  Cost: a fork copies the live heap (no copy-on-write sharing).
  *
@@ -92,9 +96,10 @@ static inline int heapfile_contains(const void *p)
 /* A new 4 MiB segment from the arena into *out; ENOMEM when the arena is
  * exhausted (the caller maps anonymous memory instead).  Called under a
  * segment kind lock. */
-int heapfile_segment_map(void **out);
-/* Release the memory of [p, p+size): a hole punch inside the arena (the
- * range must not be an alias), madvise outside it. */
+int heapfile_segment_map(void **out, int anon);
+/* Release the memory of [p, p+size): a hole punch where it maps its own
+ * pages of the arena file (it must not be an alias), madvise elsewhere
+ * (outside the arena, or an anonymous segment's unfiled slot). */
 void heapfile_purge(void *p, size_t size);
 /* heapfile_purge of n ranges: the anonymous ones with one TLB flush for
  * all (os_purge_batch), the arena's one punch each (a shared file page
@@ -104,6 +109,27 @@ void heapfile_purge_batch(const struct os_range *r, unsigned n);
  * (a mesh alias); heapfile_unalias points it back at its own file offset. */
 int heapfile_alias(void *dst, const void *src, size_t size);
 int heapfile_unalias(void *dst, size_t size);
+/* Anonymous segments (anon: heapfile_segment_map maps private anonymous
+ * memory at the segment's place in the arena; core/segment.c, "Anonymous
+ * segments"): heapfile_unalias_anon points an alias back at anonymous
+ * zero memory; heapfile_file makes an anonymous range file-backed with the
+ * same bytes (copied into its own offset, then mapped there; the caller
+ * holds the range's write barrier), so that it can host a mesh; and
+ * heapfile_unfile makes a filed range anonymous and zero again, its file
+ * pages freed (errno, and the range still filed, if it cannot).
+ * heapfile_punch frees the range's own file pages whatever maps it. */
+int heapfile_unalias_anon(void *dst, size_t size);
+int heapfile_file(void *p, size_t size);
+/* Copy the bytes of [p, p+size) into its own offset of the file, the
+ * mapping left as it is.  0 or errno. */
+int heapfile_copy_out(const void *p, size_t size);
+/* Register a range remapped under a barrier (heapfile_file) with the
+ * userfaultfd barrier, once that barrier has ended, so that a barrier
+ * can write-protect it later (a filed slot may hold a mesh source one
+ * day). */
+void heapfile_register(void *p, size_t size);
+int heapfile_unfile(void *p, size_t size);
+void heapfile_punch(void *p, size_t size);
 /* Is [p, p+len) inside the arena's mapped part (so user space may read it,
  * and a write there waits at the barrier instead of failing)? */
 int heapfile_mapped(const void *p, size_t len);

@@ -40,6 +40,9 @@ struct sd_options {
                                       of vm.max_map_count */
     uint32_t mesh_page_slabs;      /* meshing: a 32..2048 B class holding this
                                       many slabs gets 4/8 KiB ones (0: never) */
+    uint32_t mesh_anon;            /* meshing: page slabs in anonymous
+                                      memory until they host a mesh
+                                      (core/segment.c, "Anonymous segments") */
     uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects
                                       from a random one on (1) or in a
                                       random order (2): enum slab_order */

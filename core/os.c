@@ -189,6 +189,29 @@ int os_map_shared_fixed(void *p, size_t size, int fd, size_t off)
     return r == MAP_FAILED ? errno : 0;
 }
 
+int os_map_anon_fixed(void *p, size_t size)
+{
+    void *r = mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                   -1, 0);
+    return r == MAP_FAILED ? errno : 0;
+}
+
+int os_pwrite_all(int fd, const void *buf, size_t size, size_t off)
+{
+    const char *p = buf;
+    while (size) {
+        ssize_t n = pwrite(fd, p, size, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? errno : EIO;
+        p += n;
+        off += (size_t)n;
+        size -= (size_t)n;
+    }
+    return 0;
+}
+
 int os_punch_hole(int fd, size_t off, size_t size)
 {
     return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,

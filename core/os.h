@@ -55,6 +55,11 @@ int os_reserve_aligned(size_t size, size_t align, void **out);
  * fd, replacing whatever was there (atomically for other threads: an
  * access sees the old or the new mapping).  p, size, off page aligned. */
 int os_map_shared_fixed(void *p, size_t size, int fd, size_t off);
+/* Map [p, p+size) read-write, private anonymous and zero, MAP_FIXED,
+ * replacing whatever was there.  0 or errno. */
+int os_map_anon_fixed(void *p, size_t size);
+/* Write all of [buf, buf+size) to fd at offset off.  0 or errno. */
+int os_pwrite_all(int fd, const void *buf, size_t size, size_t off);
 /* Free the file's memory for [off, off+size) (fallocate PUNCH_HOLE): every
  * mapping of it reads back zero.  0 or errno. */
 int os_punch_hole(int fd, size_t off, size_t size);

@@ -74,6 +74,23 @@ static inline struct segment *segment_at(uintptr_t base)
     return (struct segment *)(base + SEG_GUARD);
 }
 
+/* Meshing's anonymous segments (segment.c, "Anonymous segments"): 1 if
+ * the slab's memory maps its own offset of the arena file (every slab of
+ * a file-backed segment), 0 if it is anonymous; set_filed records that a
+ * mesh made it file-backed (heapfile_file).  filed_slots: how many such
+ * slots exist, and in *runs (if not NULL) how many runs of adjacent ones:
+ * a mapping each, for the mapping budget. */
+int segment_slab_filed(const struct slab *s);
+void segment_slab_set_filed(struct slab *s, int on);
+size_t segment_filed_slots(size_t *runs);
+/* segment_slab_filed of the slot holding p (an address in the arena). */
+int segment_addr_filed(const void *p);
+/* A fork child (core/forkcopy.c; single-threaded, kind locks held): map
+ * the child's arena file fd over every file-backed part of the arena:
+ * whole file-backed segments, and the slots of anonymous ones that may
+ * map the parent's file (then filed).  0 or errno. */
+int segment_child_map_file(int fd);
+
 /* Put the guard pages of every segment back (after the meshing arena was
  * remapped or unprotected whole at fork); `locked`: the caller holds the
  * kind locks. */

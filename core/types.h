@@ -160,6 +160,9 @@ struct segment {
     uint16_t hint;            /* where to start looking for a free slot */
     uint16_t ndirty;          /* free slots whose pages are still resident */
     uint16_t nstale;          /* released mesh aliases not yet mapped back */
+    uint8_t  anon;            /* meshing's arena, page slabs: anonymous
+                                 memory but for the filed slots
+                                 (core/segment.c, "Anonymous segments") */
     struct sd_list link;      /* kind's list of segments */
     uint64_t used[16];        /* bit per slot: 1 = holds a slab (up to
                                  1024 slots: the 4 KiB kind) */
@@ -168,6 +171,10 @@ struct segment {
     uint64_t stale[16];       /* bit per slot: a released mesh alias, still
                                  mapped onto its host's pages ("Stale
                                  aliases") */
+    uint64_t filed[16];       /* anon segments: bit per slot mapped onto
+                                 its own offset of the arena file (a mesh
+                                 host, or a released one until purged);
+                                 atomic read-modify-writes */
     struct slab slabs[];      /* one per slot */
 };
 

@@ -191,7 +191,7 @@ static void text_totals(struct out *o, const struct totals *t)
     segment_dirty_stats(&ds);
     size_str(a, sizeof a, ds.bytes);
     size_str(b, sizeof b, ds.cap);
-    out_fmt(o, "Slots: %s dirty (bound %s), %zu slots purged in %zu calls, "
+    out_fmt(o, "Slots: %s dirty (bound %s), %zu slots purged in %zu runs, "
             "%zu reused dirty, %zu stale mesh aliases\n", a, b, ds.purged_slots,
             ds.purged_runs, ds.reused_slots, segment_stale_aliases());
     out_fmt(o, "Shrinker: %s, %lu passes, %lu bytes released, longest pass "
@@ -220,13 +220,13 @@ static void text_totals(struct out *o, const struct totals *t)
     if (m.enabled)
         out_fmt(o, "Mesh: %lu meshes, %lu unmeshed, %lu aliases now, %lu bytes "
                 "released, %lu us spent, longest pause %lu us, %lu writers waited, "
-                "%lu system calls retried, maps %lu of %lu, barrier %s%s%s\n",
+                "%lu system calls retried, %lu hosts filed, maps %lu of %lu, barrier %s%s%s\n",
                 (unsigned long)m.meshes,
                 (unsigned long)m.unmeshes, (unsigned long)m.aliases,
                 (unsigned long)m.bytes_released, (unsigned long)(m.time_ns / 1000),
                 (unsigned long)(m.longest_pause_ns / 1000),
                 (unsigned long)m.fault_waits, (unsigned long)m.syscall_retries,
-                (unsigned long)m.maps, (unsigned long)m.max_maps, m.barrier,
+                (unsigned long)m.filed, (unsigned long)m.maps, (unsigned long)m.max_maps, m.barrier,
                 m.map_limit_hits ? " (map limit reached: meshing stopped)" : "",
                 m.handler_lost ? " (SIGSEGV handler replaced: meshing stopped)" : "");
 }
@@ -289,7 +289,7 @@ static void json_totals(struct out *o, const struct totals *t)
     struct segment_dirty_stats ds;
     segment_dirty_stats(&ds);
     out_fmt(o, "\"slots\":{\"dirty_bytes\":%zu,\"dirty_bound_bytes\":%zu,"
-            "\"purged_slots\":%zu,\"purge_calls\":%zu,\"reused_slots\":%zu,"
+            "\"purged_slots\":%zu,\"purge_runs\":%zu,\"reused_slots\":%zu,"
             "\"stale_aliases\":%zu},", ds.bytes, ds.cap, ds.purged_slots, ds.purged_runs,
             ds.reused_slots, segment_stale_aliases());
     out_fmt(o, "\"shrinker\":{\"running\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
@@ -317,14 +317,14 @@ static void json_totals(struct out *o, const struct totals *t)
     out_fmt(o, ",\"mesh\":{\"enabled\":%s,\"meshes\":%lu,\"unmeshes\":%lu,"
             "\"aliases\":%lu,\"bytes_released\":%lu,\"time_us\":%lu,"
             "\"longest_pause_us\":%lu,\"fault_waits\":%lu,\"syscall_retries\":%lu,"
-            "\"maps\":%lu,\"max_maps\":%lu,\"map_limit_hits\":%lu,\"handler_lost\":%s,"
+            "\"filed\":%lu,\"maps\":%lu,\"max_maps\":%lu,\"map_limit_hits\":%lu,\"handler_lost\":%s,"
             "\"barrier\":\"%s\"}",
             m.enabled ? "true" : "false", (unsigned long)m.meshes,
             (unsigned long)m.unmeshes, (unsigned long)m.aliases,
             (unsigned long)m.bytes_released, (unsigned long)(m.time_ns / 1000),
             (unsigned long)(m.longest_pause_ns / 1000), (unsigned long)m.fault_waits,
-            (unsigned long)m.syscall_retries, (unsigned long)m.maps, (unsigned long)m.max_maps,
-            (unsigned long)m.map_limit_hits, m.handler_lost ? "true" : "false", m.barrier);
+            (unsigned long)m.syscall_retries, (unsigned long)m.filed, (unsigned long)m.maps,
+            (unsigned long)m.max_maps, (unsigned long)m.map_limit_hits, m.handler_lost ? "true" : "false", m.barrier);
 }
 
 /* ---------------------------------------------------------------- */

@@ -76,7 +76,7 @@
 
 /* ---- figures: the JSON statistics and the API ---- */
 
-struct mesh_fig { unsigned long meshes, unmeshed, aliases, limit, retried; };
+struct mesh_fig { unsigned long meshes, unmeshed, aliases, limit, retried, filed; };
 
 /* The "mesh" object of the JSON statistics. */
 static struct mesh_fig mesh_fig(void)
@@ -90,6 +90,7 @@ static struct mesh_fig mesh_fig(void)
         .aliases = json_num(m, "aliases"),
         .limit = json_num(m, "map_limit_hits") != 0,
         .retried = json_num(m, "syscall_retries"),
+        .filed = json_num(m, "filed"),
     };
     free(json);
     return f;
@@ -227,6 +228,12 @@ Test(mesh, basic, .timeout = 300)
     printf("basic: %u objects kept, %lu meshes, %lu aliases; RSS %zu -> %zu KiB\n",
            nkept, f.meshes, f.aliases, before, after);
     CHECK(f.meshes >= NSLABS / 4, "only %lu meshes", f.meshes);
+    /* Page slabs live in anonymous segments: each host was made
+     * file-backed for its mesh (core/segment.c, "Anonymous segments"). */
+    const char *anon = getenv("SLABDEFRAG_MESH_ANON");
+    int page_slabs = geo.slab <= 8192 && !(anon && *anon == '0');
+    CHECK(!page_slabs || f.filed > 0, "%lu meshes of page slabs, no host filed", f.meshes);
+    CHECK(f.filed <= f.aliases, "%lu hosts filed for %lu aliases", f.filed, f.aliases);
     check_kept(1, "after meshing");
     for (unsigned i = 0; i < nkept; i++)
         CHECK(malloc_usable_size(kept[i]) == geo.stride, "usable size %zu",
@@ -270,6 +277,7 @@ Test(mesh, basic, .timeout = 300)
     printf("basic: after freeing all: %lu unmeshed, %lu aliases; RSS %zu KiB\n",
            f.unmeshed, f.aliases, rss_kb());
     CHECK(f.unmeshed > 0 && f.aliases == 0, "hosts did not unmesh");
+    CHECK(f.filed == 0, "%lu released hosts still file-backed after a shrink", f.filed);
     /* The slots come back: a new round meshes again. */
     make_sparse(4);
     sd_shrink_all();
@@ -956,7 +964,7 @@ static struct slot_fig slot_fig(void)
     CHECK(s && m, "no \"slots\" or \"mesh\" object in the JSON statistics");
     struct slot_fig f = {
         .dirty = json_num(s, "dirty_bytes"), .purged = json_num(s, "purged_slots"),
-        .calls = json_num(s, "purge_calls"), .reused = json_num(s, "reused_slots"),
+        .calls = json_num(s, "purge_runs"), .reused = json_num(s, "reused_slots"),
         .stale = json_num(s, "stale_aliases"), .maps = json_num(m, "maps"),
     };
     free(json);
@@ -1019,7 +1027,7 @@ Test(mesh, slots, .timeout = 300)
     blocks_fill(b, NBLOCKS);
     blocks_check_free(b, NBLOCKS, "after the rounds");
     s = slot_fig();
-    printf("slots: 21 rounds of %u blocks: %lu slots reused dirty, %lu purged in %lu calls\n",
+    printf("slots: 21 rounds of %u blocks: %lu slots reused dirty, %lu purged in %lu runs\n",
            NBLOCKS, s.reused - reused0, s.purged - purged0, s.calls);
     CHECK(s.reused > reused0, "no released slot was reused while dirty in 21 rounds");
 
