@@ -543,22 +543,26 @@ static void report_shrink(struct run *r)
     printf("kick_calls=%lu moved=%lu move_raced=%lu move_nomem=%lu\n",
            kv.kick_calls, kv.moved, kv.move_raced, kv.move_nomem);
     /* A vacate running on another thread (the background shrinker)
-     * holds a moved copy or an unfreed victim for a moment: wait for a
-     * quiet instant before comparing. */
-    for (int tries = 0; ta->inuse != kv.nitems && tries < 200; tries++) {
-        struct timespec ts = { 0, 5 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-        /* (never call the allocator with our lock held) */
+     * holds a moved copy or an unfreed victim for a moment, and its kick()
+     * changes our count: compare a count read under our lock with the
+     * allocator's read just after, until they agree at a quiet instant
+     * (the count read again later, unlocked, may have moved since). */
+    size_t want = 0;
+    for (int tries = 0; tries < 200; tries++) {
+        if (tries) {
+            struct timespec ts = { 0, 5 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
         pthread_mutex_lock(&kv.lock);
-        size_t want = kv.nitems;
+        want = kv.nitems;
         pthread_mutex_unlock(&kv.lock);
-        totals(ta);
+        totals(ta);                 /* (never call the allocator with our lock held) */
         if (ta->inuse == want)
             break;
     }
-    if (ta->inuse != kv.nitems) {
+    if (ta->inuse != want) {
         fprintf(stderr, "kvstore: allocator counts %zu objects in use, "
-                "the store holds %zu\n", ta->inuse, kv.nitems);
+                "the store holds %zu\n", ta->inuse, want);
         r->bad++;
     }
     if (r->shrink_rc < 0) {

@@ -605,22 +605,26 @@ static void report_shrink(struct run *r)
     printf("kick_calls=%lu kick_freed=%lu kick_put=%lu\n",
            pc.kick_calls, pc.kick_freed, pc.kick_put);
     /* A vacate running on another thread (the background shrinker)
-     * holds a moved copy or an unfreed victim for a moment: wait for a
-     * quiet instant before comparing. */
-    for (int tries = 0; ta->inuse != pc.nr_entries && tries < 200; tries++) {
-        struct timespec ts = { 0, 5 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-        /* (never call the allocator with our lock held) */
+     * holds a moved copy or an unfreed victim for a moment, and its kick()
+     * changes our count: compare a count read under our lock with the
+     * allocator's read just after, until they agree at a quiet instant
+     * (the count read again later, unlocked, may have moved since). */
+    size_t want = 0;
+    for (int tries = 0; tries < 200; tries++) {
+        if (tries) {
+            struct timespec ts = { 0, 5 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
         pthread_mutex_lock(&pc.lock);
-        size_t want = pc.nr_entries;
+        want = pc.nr_entries;
         pthread_mutex_unlock(&pc.lock);
-        totals(ta);
+        totals(ta);                 /* (never call the allocator with our lock held) */
         if (ta->inuse == want)
             break;
     }
-    if (ta->inuse != pc.nr_entries) {
+    if (ta->inuse != want) {
         fprintf(stderr, "pathcache: allocator counts %zu objects in use, "
-                "the cache holds %zu\n", ta->inuse, pc.nr_entries);
+                "the cache holds %zu\n", ta->inuse, want);
         r->bad++;
     }
 }
