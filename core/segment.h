@@ -29,9 +29,9 @@ static inline size_t seg_kind_bytes(unsigned kind) { return 1UL << seg_kind_shif
  * was left (segment.c, "Dirty slots").  NULL when out of memory (errno
  * ENOMEM).  Takes the kind's lock; call with no other allocator lock held. */
 struct slab *segment_slab_alloc(unsigned kind, int *dirty);
-/* Give the slab's slot back, its memory purged now or (meshing's arena)
- * dirty until segment_purge_dirty; `zero`: the memory already reads back
- * zero (a mesh alias), nothing to purge.  The slab must be off every list
+/* Give the slab's slot back, its memory dirty until segment_purge_dirty
+ * (at once past the dirty bound: segment.c, "Dirty slots"); `zero`: the
+ * memory already reads back zero, nothing to purge.  The slab must be off every list
  * and unlocked; call with no other allocator lock held.  Returns the slot's
  * bytes. */
 size_t segment_slab_free(struct slab *s, int zero);
