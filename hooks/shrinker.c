@@ -18,9 +18,9 @@
  * mode has many threads; on pressure or a wake, always.  With SLABDEFRAG_MESH=1 each pass ends with a mesh pass
  * (classes/mesh.c) of its own budget, and while that one finds more
  * candidates than it had time for, a catch-up comes MESH_AGAIN_MS after
- * it: a longer mesh pass alone in an idle program, a full pass in one
- * that allocates, after a rest of four times the last one's duration
- * (mesh_catchup).  With meshing, the free path also nudges the thread
+ * it: a longer mesh pass alone in an idle program, after a rest as long
+ * as the last one took, a full pass in one that allocates, after a rest
+ * of four times its duration (mesh_catchup).  With meshing, the free path also nudges the thread
  * (an eventfd write per 64 slabs that frees left sparse: classes/cache.c)
  * and once the nudges pause for NUDGE_QUIET_MS, a pass meshes at once,
  * classes that grew included: a burst of frees is meshed within about two
@@ -128,6 +128,14 @@ static int mesh_more;                        /* last mesh pass was cut short */
  * 0.92 s with meshing off, wall 1.28x; resting 4x, 0.97 s and 1.08x-1.16x
  * for the same final RSS (198-202 MiB); resting 9x, 0.89 s, 1.20x. */
 #define MESH_BUSY_REST 4
+/* In an idle program, as long as its last catch-up took: half a CPU.
+ * Back to back, burst's RSS settled 1.2-1.5 s after its frees and
+ * python's churn, which exits 0.5 s after the churn, spent its hold
+ * meshing (its gc.collect() against the write barriers) and its teardown
+ * unmeshing: 1.27x meshing off (9 runs interleaved; 1.10x when the idle
+ * test was broken and the hold got no idle catch-up, see program_sig).
+ * Resting 1x: burst 1.6 s, python 1.18x (7 runs); 2x: burst 2.0 s. */
+#define MESH_IDLE_REST 1
 /* The free path's nudge (a burst of frees made many slabs sparse) is
  * acted on once no nudge came for this long. */
 #define NUDGE_QUIET_MS 100
@@ -331,18 +339,30 @@ static int leave(int anyway)
     return out;
 }
 
-/* Has the program made no refill and no free to a slab since the last
- * call?  (The malloc classes' counters; the shrinker thread's alone.) */
-static int program_idle(void)
+/* The malloc classes' refills and frees to slabs, summed: what the
+ * program's allocation traffic moves.  The shrinker's own passes move it
+ * too (their vectors, drains and purges), so the idle test compares with
+ * a snapshot taken after the thread's last pass, not before it: compared
+ * call to call, every full catch-up made the next one look busy, and
+ * burst's idle hold got full passes resting 4x their length instead of
+ * mesh passes back to back (RSS settled 6.9 s after the frees instead of
+ * 1.2 s). */
+static unsigned long program_sig(void)
 {
-    static unsigned long last_sig;
     unsigned long sig = 0;
     for (unsigned i = 0; i < SD_NCLASSES; i++)
         sig += cache_stat_read(&sd_malloc_caches[i], SD_STAT_ALLOC_REFILL) +
                cache_stat_read(&sd_malloc_caches[i], SD_STAT_FREE_REMOTE);
-    int idle = sig == last_sig;
-    last_sig = sig;
-    return idle;
+    return sig;
+}
+
+static unsigned long sig_after_pass;    /* program_sig() after the last pass */
+
+/* Has the program made no refill and no free to a slab since the
+ * shrinker's last pass ended? */
+static int program_idle(void)
+{
+    return program_sig() == sig_after_pass;
 }
 
 /* Meshing's catch-up (issue 16).  In an idle program (burst's hold, a
@@ -361,7 +381,8 @@ static int program_idle(void)
  * refills waiting on the sort's list lock, a CPU beside it busy), and
  * the slabs meshed while it churns soon empty and unmesh again.  A busy
  * program's catch-up comes MESH_BUSY_REST times the last one's duration
- * after it.  Returns the rest it asks for (ns; 0: MESH_AGAIN_MS). */
+ * after it, an idle one's MESH_IDLE_REST times.  Returns the rest it
+ * asks for (ns; at least MESH_AGAIN_MS is taken). */
 static uint64_t mesh_catchup(void)
 {
     if (!program_idle()) {
@@ -378,7 +399,7 @@ static uint64_t mesh_catchup(void)
             pass_event(bytes);
         shrinker_note_pass(bytes);
     }
-    return 0;
+    return (os_now_ns() - t0) * MESH_IDLE_REST;
 }
 
 /* core/segment.c's wake for its first dirty slot or stale alias: only
@@ -490,16 +511,19 @@ void *shrinker_main(void *arg)
             pass(0, 1);
             last_mesh = os_now_ns();
             again_gap = again_min;
+            sig_after_pass = program_sig();
             continue;
         }
         if (do_pass) {
             pass(do_pass == 2, do_pass == 2);
             last_mesh = os_now_ns();
             again_gap = again_min;
+            sig_after_pass = program_sig();
         } else if (again && now >= last_mesh + again_gap) {
             uint64_t g = mesh_catchup();
             last_mesh = os_now_ns();
             again_gap = g > again_min ? g : again_min;
+            sig_after_pass = program_sig();
         }
     }
     segment_dirty_purger(NULL);
