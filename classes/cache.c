@@ -828,8 +828,10 @@ size_t cache_release_decayed(void)
 /* The decay from the allocation slow path, at most every DECAY_TICK_MS:
  * the slabs above, and the big blocks' free extents and cached mappings
  * (which malloc_large decays too, but a program may stop making big
- * blocks).  An idle program makes no slow-path call; the shrinker's
- * interval passes decay for it (hooks/shrinker.c). */
+ * blocks), and meshing's released slots for at most a pass budget (the
+ * stale aliases of python's teardown took 70 ms to map back).  An idle
+ * program makes no slow-path call; the shrinker's interval passes decay
+ * for it (hooks/shrinker.c). */
 #define DECAY_TICK_MS 100
 
 void cache_decay_tick(void)
@@ -840,14 +842,14 @@ void cache_decay_tick(void)
                                                   0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return;
     cache_release_decayed();
-    cache_settle_slots(0);
+    cache_settle_slots(0, now + (uint64_t)sd_opt.pass_budget_ms * 1000000ull);
     large_decay();
 }
 
-size_t cache_settle_slots(int all)
+size_t cache_settle_slots(int all, uint64_t deadline)
 {
-    mesh_restore();
-    return segment_purge_dirty(all);
+    mesh_restore(deadline);
+    return segment_purge_dirty(all, deadline);
 }
 
 /* ---------------------------------------------------------------- */

@@ -129,8 +129,9 @@ size_t cache_purge_sparse(uint64_t deadline);
 size_t cache_release_decayed(void);
 /* Meshing's arena (core/segment.c): map the stale aliases back, then
  * punch the dirty slots - all of them, or (all 0) the kinds that have had
- * some for the decay.  Returns the bytes punched.  No lock held. */
-size_t cache_settle_slots(int all);
+ * some for the decay; until `deadline` (os_now_ns; 0: none).  Returns the
+ * bytes punched.  No lock held. */
+size_t cache_settle_slots(int all, uint64_t deadline);
 /* Release retained empty slabs: all, or those past the decay.  Returns
  * bytes released. */
 size_t cache_release_empty(struct sd_cache *c, int all);

@@ -290,6 +290,6 @@ int sdm_trim(void)
         if (c)
             bytes += cache_release_empty(c, 1);
     }
-    bytes += cache_settle_slots(1);
+    bytes += cache_settle_slots(1, 0);
     return bytes > 0;
 }

@@ -685,11 +685,11 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s)
     return n;
 }
 
-size_t mesh_restore(void)
+size_t mesh_restore(uint64_t deadline)
 {
     if (!segment_stale_aliases())
         return 0;
-    size_t n = segment_restore_aliases();
+    size_t n = segment_restore_aliases(deadline);
     __atomic_fetch_sub(&stats.maps, 2 * n, __ATOMIC_RELAXED);
     return n;
 }

@@ -44,9 +44,10 @@ void mesh_free(struct slab *s, void *p, const char *call);
  * the aliases given back. */
 size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s);
 /* Map the stale aliases back, in runs (core/segment.c): from the
- * shrinker's thread, the decay tick and every explicit shrink.  Returns
- * how many.  No allocator lock held. */
-size_t mesh_restore(void);
+ * shrinker's thread, the decay tick and every explicit shrink), until
+ * `deadline` (os_now_ns; 0: none).  Returns how many.  No allocator lock
+ * held. */
+size_t mesh_restore(uint64_t deadline);
 
 struct mesh_stats {
     int      enabled;           /* SLABDEFRAG_MESH=1 and the arena is up */

@@ -182,10 +182,10 @@ int os_reserve_aligned(size_t size, size_t align, void **out)
     return 0;
 }
 
-int os_map_shared_fixed(void *p, size_t size, int fd, size_t off)
+int os_map_shared_fixed(void *p, size_t size, int fd, size_t off, int populate)
 {
-    void *r = mmap(p, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-                   (off_t)off);
+    void *r = mmap(p, size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED | (populate ? MAP_POPULATE : 0), fd, (off_t)off);
     return r == MAP_FAILED ? errno : 0;
 }
 

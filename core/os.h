@@ -53,8 +53,10 @@ int os_memfd(size_t size, int *fd);
 int os_reserve_aligned(size_t size, size_t align, void **out);
 /* Map [p, p+size) read-write, MAP_SHARED|MAP_FIXED, onto file offset off of
  * fd, replacing whatever was there (atomically for other threads: an
- * access sees the old or the new mapping).  p, size, off page aligned. */
-int os_map_shared_fixed(void *p, size_t size, int fd, size_t off);
+ * access sees the old or the new mapping).  p, size, off page aligned.
+ * `populate`: fill its page table entries now (MAP_POPULATE) - only over
+ * file pages that exist: a hole would get a page. */
+int os_map_shared_fixed(void *p, size_t size, int fd, size_t off, int populate);
 /* Map [p, p+size) read-write, private anonymous and zero, MAP_FIXED,
  * replacing whatever was there.  0 or errno. */
 int os_map_anon_fixed(void *p, size_t size);

@@ -380,7 +380,7 @@ size_t segment_slab_free(struct slab *s, int zero)
     }
     sd_mutex_unlock(&k->lock);
     if (dirty > dirty_cap())
-        segment_purge_dirty(1);
+        segment_purge_dirty(1, 0);
     else if (dirty == bytes && heapfile_base)
         purger_wake();
     return bytes;
@@ -427,7 +427,7 @@ size_t segment_stale_aliases(void)
     return __atomic_load_n(&stale_slots, __ATOMIC_RELAXED);
 }
 
-size_t segment_restore_aliases(void)
+size_t segment_restore_aliases(uint64_t deadline)
 {
     size_t total = 0;
     for (unsigned kind = 0; kind < SEG_NKINDS; kind++) {
@@ -460,6 +460,8 @@ size_t segment_restore_aliases(void)
                 break;
             unsigned ok = 0;
             for (; ok < nr; ok++) {
+                if (deadline && ok && os_now_ns() > deadline)
+                    break;                      /* out of time: later */
                 struct run *r = &runs[ok];
                 char *p = (char *)r->seg - SEG_GUARD + ((size_t)r->first << r->seg->slot_shift);
                 size_t b = (size_t)r->n << r->seg->slot_shift;
@@ -571,7 +573,7 @@ static void purge_anon_run(struct segment *seg, unsigned first, unsigned n,
     }
 }
 
-size_t segment_purge_dirty(int all)
+size_t segment_purge_dirty(int all, uint64_t deadline)
 {
     uint64_t now = all ? 0 : os_now_ns(), decay = (uint64_t)sd_opt.decay_ms * 1000000ull;
     size_t total = 0;
@@ -619,6 +621,10 @@ size_t segment_purge_dirty(int all)
                 seg_nfree_add(k, seg, (int)runs[r].n);
                 if (runs[r].first < seg->hint)
                     seg->hint = (uint16_t)runs[r].first;
+            }
+            if (deadline && os_now_ns() > deadline) {
+                sd_mutex_unlock(&k->lock);
+                return total;
             }
         }
     }
@@ -703,7 +709,7 @@ int segment_child_map_file(int fd)
             size_t off = (uintptr_t)base - heapfile_base;
             int err;
             if (!seg->anon) {
-                if ((err = os_map_shared_fixed(base, SD_SEGMENT_SIZE, fd, off)))
+                if ((err = os_map_shared_fixed(base, SD_SEGMENT_SIZE, fd, off, 0)))
                     return err;
                 continue;
             }
@@ -716,7 +722,7 @@ int segment_child_map_file(int fd)
                 while (j < seg->nslots && child_filed(seg, j))
                     j++;
                 if ((err = os_map_shared_fixed(slot_addr(seg, i), (size_t)(j - i) << seg->slot_shift,
-                                               fd, off + ((size_t)i << seg->slot_shift))))
+                                               fd, off + ((size_t)i << seg->slot_shift), 0)))
                     return err;
                 for (; i < j; i++)
                     filed_set(seg, i, 1);

@@ -37,14 +37,16 @@ struct slab *segment_slab_alloc(unsigned kind, int *dirty);
 size_t segment_slab_free(struct slab *s, int zero);
 /* Give a mesh alias's slot back without mapping it onto its own pages
  * yet (a stale alias: segment.c); segment_restore_aliases() does, later,
- * and returns how many it restored.  No allocator lock held. */
+ * and returns how many it restored: all of them, or those it restored
+ * before `deadline` (os_now_ns; 0: none) passed.  No allocator lock held. */
 void segment_slab_free_alias(struct slab *s);
-size_t segment_restore_aliases(void);
+size_t segment_restore_aliases(uint64_t deadline);
 size_t segment_stale_aliases(void);     /* how many wait (relaxed) */
 /* Purge dirty slots in runs of adjacent ones: all of them, or (all 0) the
- * kinds that have had some for the decay.  Returns the bytes purged.  Call
+ * kinds that have had some for the decay; a batch of runs at a time until
+ * `deadline` (os_now_ns; 0: none) passes.  Returns the bytes purged.  Call
  * with no allocator lock held. */
-size_t segment_purge_dirty(int all);
+size_t segment_purge_dirty(int all, uint64_t deadline);
 /* A thread purges the dirty slots and restores the stale aliases every few
  * ms while there are any, and `wake` (an eventfd write, nothing that
  * allocates or locks) wakes it when the first appears; NULL: no thread any

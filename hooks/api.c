@@ -170,7 +170,7 @@ SD_EXPORT int sd_cache_shrink(sd_cache *s)
         return -EINVAL;
     tcache_flush_self_bin(c->id);
     vacate_shrink_cache(c, 0, 0, 0);
-    cache_settle_slots(1);
+    cache_settle_slots(1, 0);
     return 0;
 }
 
@@ -187,7 +187,7 @@ SD_EXPORT size_t sd_shrink_all(void)
             bytes += vacate_shrink_cache(c, 0, 0, 0);
     }
     bytes += mesh_pass(0, NULL, MESH_GROWING | MESH_FORCE);    /* SLABDEFRAG_MESH=1: unbounded */
-    cache_settle_slots(1);
+    cache_settle_slots(1, 0);
     shrinker_note_pass(bytes);
     return bytes;
 }
