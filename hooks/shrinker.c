@@ -429,12 +429,10 @@ static void settle(void)
 {
     uint64_t t0 = os_now_ns(), budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
     unsigned long sig = program_sig();
-    if (sig == sig_settled || program_idle()) {
+    if (sig == sig_settled || program_idle())
         cache_settle_slots(1, t0 + budget * MESH_IDLE_BUDGET);
-    } else {
-        mesh_restore(t0 + budget);
-        segment_purge_dirty(0, t0 + budget);
-    }
+    else
+        cache_settle_slots(0, t0 + budget);
     sig_settled = sig;
 }
 
