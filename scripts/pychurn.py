@@ -10,15 +10,22 @@ object goes through the C malloc under test instead of pymalloc's arenas.
    strings of 8..600 characters (slices of one random text).
 2. Delete a random 85% of the keys, then churn: 3 rounds that insert N/10
    fresh records and delete as many random ones.
-3. gc.collect(), hold 0.5 s, print figures and exit.
+3. gc.collect(), hold 0.5 s, walk the survivors (live_bytes: every key
+   and value is touched), print figures and exit.
 
 stderr gets key=value lines for scripts/compare: live_bytes (an estimate:
 sys.getsizeof of the dict, keys and values, not counting malloc overhead),
 final_rss_kb (VmRSS read from /proc/self/status just before exiting),
-rss_per_live, and events fill_done, delete_done, churn_done.
+final_pss_kb (Pss from /proc/self/smaps_rollup: a page mapped at two
+addresses of the process - a mesh host and its alias - counts twice in
+VmRSS once both are touched, once in Pss), rss_per_live, walk_minflt (the
+minor page faults of the walk: with meshing, the first touch of each
+alias page faults it in), and events fill_done, delete_done, churn_done,
+slept (the 0.5 s hold's end, before the walk) and exit.
 """
 import gc
 import random
+import resource
 import sys
 import time
 
@@ -28,6 +35,17 @@ def status_kb(field):
         for line in f:
             if line.startswith(field + ':'):
                 return int(line.split()[1])
+    return -1
+
+
+def rollup_kb(field):
+    try:
+        with open('/proc/self/smaps_rollup') as f:
+            for line in f:
+                if line.startswith(field + ':'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return -1
 
 
@@ -84,8 +102,12 @@ def main():
     gc.collect()
     event('churn_done')
     time.sleep(0.5)
+    event('slept')
+    flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     live = live_bytes(d)
+    flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt
     final = status_kb('VmRSS')
+    pss = rollup_kb('Pss')
     print('pychurn: %d records left; RSS %.1f MiB full, %.1f MiB after delete, '
           '%.1f MiB at the end; ~%.1f MiB live'
           % (len(d), peak / 1024, after_delete / 1024, final / 1024, live / 1048576))
@@ -96,6 +118,8 @@ def main():
     print('live_bytes=%d' % live, file=e)
     print('rss_per_live=%.3f' % (final * 1024 / live), file=e)
     print('final_rss_kb=%d' % final, file=e)
+    print('final_pss_kb=%d' % pss, file=e)
+    print('walk_minflt=%d' % flt, file=e)
     print('peak_rss_kb=%d' % status_kb('VmHWM'), file=e)
     event('exit')
 
