@@ -400,7 +400,7 @@ struct slab *cache_slab_new(struct sd_cache *c)
         cap = c->page_capacity;
     }
     int dirty;
-    struct slab *s = segment_slab_alloc(kind, &dirty);
+    struct slab *s = segment_slab_alloc(kind, &dirty, kind != c->kind ? &c->page_seg : NULL);
     if (!s)
         return NULL;
     if (dirty && c->debug)                  /* its state words start at 0 */

@@ -35,6 +35,9 @@ struct sd_cache {
     uint8_t   page_kind;        /* meshing: SEG_KIND_4K or _8K once the
                                    class is big (classes/mesh.c) */
     uint32_t  page_capacity;    /* objects per small slab, or 0 */
+    struct segment *page_seg;   /* the segment its new small slabs are cut
+                                   from, in address order (core/segment.c,
+                                   "Small slabs"; under that kind's lock) */
     uint8_t   shuffle;          /* meshing: the order of new slabs'
                                    freelists, enum slab_order (mesh.c) */
     uint8_t   page_purge;       /* PURGE_*: free pages of its sparse slabs go back

@@ -61,6 +61,15 @@ int os_purge(void *p, size_t size)
     return madvise(p, size, MADV_DONTNEED) ? errno : 0;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int os_populate(void *p, size_t size)
+{
+    return madvise(p, size, MADV_POPULATE_WRITE) ? errno : 0;
+}
+
 #ifndef SYS_process_madvise
 #define SYS_process_madvise 440
 #endif

@@ -25,6 +25,9 @@ int os_unmap(void *p, size_t size);
 /* Give the physical memory of [p, p+size) back; the range stays mapped and
  * reads back as zero.  p and size page aligned.  0 or errno. */
 int os_purge(void *p, size_t size);
+/* Fault [p, p+size) in, writable, in one call (MADV_POPULATE_WRITE, Linux
+ * 5.14): 0, or an errno (EINVAL before 5.14: nothing done). */
+int os_populate(void *p, size_t size);
 /* os_purge of n ranges: one process_madvise(2) call per OS_BATCH_MAX
  * ranges, whose one TLB flush (an IPI to every other CPU running the
  * program) covers them all on anonymous memory since Linux 6.16, where a

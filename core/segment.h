@@ -26,9 +26,11 @@ static inline size_t seg_kind_bytes(unsigned kind) { return 1UL << seg_kind_shif
 
 /* A slot of `kind` for a new slab: descriptor zeroed except start/kind;
  * memory zero, unless *dirty is set: then it is a released slab's, as it
- * was left (segment.c, "Dirty slots").  NULL when out of memory (errno
- * ENOMEM).  Takes the kind's lock; call with no other allocator lock held. */
-struct slab *segment_slab_alloc(unsigned kind, int *dirty);
+ * was left (segment.c, "Dirty slots").  `own` (small slabs of one malloc
+ * class, or NULL): the class's own segment, which a fresh slot comes from
+ * (segment.c, "Small slabs").  NULL when out of memory (errno ENOMEM).
+ * Takes the kind's lock; call with no other allocator lock held. */
+struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own);
 /* Give the slab's slot back, its memory dirty until segment_purge_dirty
  * (at once past the dirty bound: segment.c, "Dirty slots"); `zero`: the
  * memory already reads back zero, nothing to purge.  The slab must be off every list
