@@ -49,8 +49,11 @@
  * of its own whatever the call (a page written through a shared mapping
  * is flushed range by range), while purges of anonymous memory share one
  * (os_purge_batch), and python's churn releases tens of thousands of
- * scattered 4 KiB slots.  So the page slabs' segments (SEG_KIND_4K, _8K)
- * take their place in the arena as private anonymous memory (seg->anon),
+ * scattered 4 KiB slots.  So every segment (the page slabs' since
+ * 4967364, those of the other kinds too since: typed caches, which never
+ * mesh, and the first slabs of every malloc class; the cooperating demos
+ * with meshing went from 1.03-1.12x to 0.97-0.98x meshing off, 7 rounds)
+ * takes its place in the arena as private anonymous memory (seg->anon),
  * and only a slot that hosts a mesh is made file-backed ("filed": its
  * bytes copied into its own offset of the file and the file mapped there,
  * heapfile_file, under the host's write barrier; classes/mesh.c).  A
@@ -146,7 +149,7 @@ static void (*purger)(void);    /* wakes the thread that purges dirty
 static struct segment *segment_new(unsigned kind)
 {
     void *mem;
-    int anon = sd_opt.mesh_anon && (kind == SEG_KIND_4K || kind == SEG_KIND_8K);
+    int anon = sd_opt.mesh_anon;
     if (heapfile_segment_map(&mem, anon)) {        /* meshing: remappable memory */
         anon = 0;
         if (os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
