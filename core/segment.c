@@ -311,8 +311,17 @@ struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
     struct segment *seg = NULL;
     int i = dirty_find(k, &seg);
     *dirty = i >= 0;
-    if (i < 0 && own) {                 /* "Small slabs" */
-        seg = *own;
+    if (i >= 0) {
+        bit_clear(seg->dirty, (unsigned)i);
+        seg->ndirty--;
+        count_add(&k->ndirty, -1);
+        __atomic_fetch_sub(&dirty_bytes, 1UL << seg->slot_shift, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&reused_slots, 1, __ATOMIC_RELAXED);
+    } else {
+        if (own)                        /* "Small slabs" */
+            seg = *own;
+        else if (!list_empty(&k->segs))
+            seg = list_entry(k->segs.next, struct segment, link);
         if (!seg || !seg->nfree) {
             seg = segment_new(kind);
             if (!seg) {
@@ -322,45 +331,22 @@ struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
             }
             list_add_head(&k->segs, &seg->link);
             k->nsegs++;
-            *own = seg;
+            if (own)
+                *own = seg;
         }
         i = slot_find(seg);
         SD_ASSERT(i >= 0 && !bit_get(seg->dirty, (unsigned)i));   /* none dirty: dirty_find */
         seg->hint = (uint16_t)(i + 1 < seg->nslots ? i + 1 : seg->first);
-        /* The start of a run whose other slots are free and clean (not
-         * taken, so no alias or host maps them): fault it all in. */
+        /* A small slab at the start of a run whose other slots are free
+         * and clean (not taken, so no alias or host maps them): fault the
+         * whole run in. */
         unsigned n = (unsigned)(SMALL_RUN >> seg->slot_shift);
-        if (!((unsigned)i & (n - 1))) {
+        if (own && !((unsigned)i & (n - 1))) {
             populate = (size_t)SMALL_RUN;
             for (unsigned j = (unsigned)i + 1; j < (unsigned)i + n; j++)
                 if (bit_get(seg->used, j) || bit_get(seg->dirty, j))
                     populate = 0;
         }
-    } else if (i >= 0) {
-        bit_clear(seg->dirty, (unsigned)i);
-        seg->ndirty--;
-        count_add(&k->ndirty, -1);
-        __atomic_fetch_sub(&dirty_bytes, 1UL << seg->slot_shift, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&reused_slots, 1, __ATOMIC_RELAXED);
-    } else {
-        if (!list_empty(&k->segs)) {
-            seg = list_entry(k->segs.next, struct segment, link);
-            if (!seg->nfree)
-                seg = NULL;
-        }
-        if (!seg) {
-            seg = segment_new(kind);
-            if (!seg) {
-                sd_mutex_unlock(&k->lock);
-                errno = ENOMEM;
-                return NULL;
-            }
-            list_add_head(&k->segs, &seg->link);
-            k->nsegs++;
-        }
-        i = slot_find(seg);
-        SD_ASSERT(i >= 0 && !bit_get(seg->dirty, (unsigned)i));   /* none dirty: dirty_find */
-        seg->hint = (uint16_t)(i + 1 < seg->nslots ? i + 1 : seg->first);
     }
     bit_set(seg->used, (unsigned)i);
     seg_nfree_add(k, seg, -1);
