@@ -29,6 +29,15 @@ ALLOCATOR_ENV = {'slabdefrag+mesh': {'SLABDEFRAG_MESH': '1'},
 KNOWN_ALLOCATORS = (ALLOCATOR_ORDER[:2] + ['slabdefrag+mesh-noshuffle', 'slabdefrag+perthread',
                                            'slabdefrag+noharden'] + ALLOCATOR_ORDER[2:])
 BASELINE = 'jemalloc'
+# Another build of the library, side by side with this one (an older
+# commit, say): BASE@TAG=PATH, BASE one of the slabdefrag rows (its
+# environment), TAG letters, digits, '.', '-' or '_'; the row is BASE@TAG.
+OTHER_BUILD = re.compile(r'^(slabdefrag[^@=]*)@([\w.-]+)=(.+)$')
+
+
+def row_env(row):
+    """The extra environment of a slabdefrag row (BASE@TAG: BASE's)."""
+    return ALLOCATOR_ENV.get(row.split('@', 1)[0], {})
 
 
 def find_system_lib(names):
@@ -52,11 +61,29 @@ def find_system_lib(names):
 def choose(want, lib):
     """{row name: library} for the allocators in want that exist (a missing
     one is skipped with a message), and their display order."""
-    for x in want:
-        if x not in KNOWN_ALLOCATORS:
-            die('unknown allocator %r (choose from %s)' % (x, ','.join(KNOWN_ALLOCATORS)), 2)
     allocs = {}
+    others = []
+    for x in want:
+        m = OTHER_BUILD.match(x)
+        if m:
+            base, tag, path = m.groups()
+            if base not in KNOWN_ALLOCATORS:
+                die('--allocators %s: %r is not a slabdefrag row (BASE@TAG=PATH, BASE one '
+                    'of %s)' % (x, base, ','.join(k for k in KNOWN_ALLOCATORS
+                                                   if k.startswith('slabdefrag'))), 2)
+            if not os.path.isfile(path):
+                die('--allocators %s: no library at %s' % (x, path), 2)
+            row = base + '@' + tag
+            if row in allocs:
+                die('--allocators: row %s named twice' % row, 2)
+            allocs[row] = os.path.abspath(path)
+            others.append(row)
+        elif x not in KNOWN_ALLOCATORS:
+            die('unknown allocator %r (choose from %s, or BASE@TAG=PATH for another build)'
+                % (x, ','.join(KNOWN_ALLOCATORS)), 2)
     for name in want:
+        if OTHER_BUILD.match(name):
+            continue
         if name.startswith('slabdefrag'):
             if os.path.exists(lib):
                 allocs[name] = lib
@@ -72,4 +99,6 @@ def choose(want, lib):
                 say('%s: library not found (apt-get install %s); skipping it' % (name, pkg))
     if not allocs:
         die('no allocator available')
-    return allocs, [x for x in KNOWN_ALLOCATORS if x in allocs]
+    known = [x for x in KNOWN_ALLOCATORS if x in allocs]
+    mine = sum(1 for x in known if x.startswith('slabdefrag'))
+    return allocs, known[:mine] + others + known[mine:]

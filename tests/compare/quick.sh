@@ -18,7 +18,10 @@
 #     manythreads-2/64/256/1024) at its --quick sizes runs once under
 #     slabdefrag alone and every run succeeds (a correctness smoke test:
 #     the workloads check every block before freeing it), manythreads
-#     reports RSS/live, and the speed summary line is printed.
+#     reports RSS/live, and the speed summary line is printed;
+#   - another build as a row (slabdefrag@copy=LIB, here the same library)
+#     runs beside slabdefrag with its own table row, and a missing library
+#     there is a one-line error and exit status 2.
 # The allocators other than slabdefrag come from Debian packages that
 # scripts/setup installs; a missing one fails the test with its name.
 set -euo pipefail
@@ -88,4 +91,19 @@ done
 grep -q '^manythreads-1024,slabdefrag,1,ok,.*rss_per_live=' "$tmp/pc/runs.csv" ||
   fail "percpu: manythreads-1024 reported no rss_per_live"
 grep -q '^== speed summary' "$tmp/pc.stdout" || fail "percpu: no speed summary line"
+# Another build side by side: BASE@TAG=PATH.
+rc=0
+"$root/scripts/compare" --quick --no-setup --lib "$lib" --out "$tmp/ab" --workloads throughput \
+  --allocators "slabdefrag,slabdefrag@copy=$lib" >"$tmp/ab.stdout" 2>"$tmp/ab.stderr" || rc=$?
+[ "$rc" = 0 ] || { tail -5 "$tmp/ab.stderr" >&2; fail "compare with slabdefrag@copy exited with $rc"; }
+for a in slabdefrag slabdefrag@copy; do
+  grep -q "^throughput,$a,1,ok," "$tmp/ab/runs.csv" || fail "slabdefrag@copy: no ok row for $a"
+done
+grep -q "^ *slabdefrag@copy " "$tmp/ab.stdout" || fail "slabdefrag@copy: no table row"
+rc=0
+"$root/scripts/compare" --quick --no-setup --lib "$lib" --out "$tmp/ab2" --workloads throughput \
+  --allocators "slabdefrag@old=$tmp/nonexistent.so" >"$tmp/ab2.stdout" 2>"$tmp/ab2.stderr" || rc=$?
+[ "$rc" = 2 ] || fail "a missing library for slabdefrag@old: exit status $rc, not 2"
+grep -q "no library at $tmp/nonexistent.so" "$tmp/ab2.stderr" ||
+  fail "a missing library for slabdefrag@old: no 'no library at' line"
 echo "quick.sh: ok"
