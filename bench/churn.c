@@ -19,9 +19,17 @@
  * replacements (the final frees are not timed).  Each thread has its own
  * seed: the same sequence under every allocator.
  *
+ * After the timed phase, before the final frees, the threads' live
+ * blocks are laid side by side: `shared_lines_pct=` is the share of the
+ * 64-byte cache lines they touch that hold blocks of two threads or more
+ * (false sharing: each such line moves between the CPUs whenever both
+ * threads write their blocks), `shared_pages_pct=` the same for 4 KiB
+ * pages.  A thread-private layout (jemalloc's arena per thread) gives 0.
+ *
  * Output: a human line on stdout; on stderr `time_s=`, `ops_per_s=` (an op
  * = one malloc or one free: 2 per step, summed over the threads),
- * `final_rss_kb=`, `peak_rss_kb=`.
+ * `shared_lines_pct=`, `shared_pages_pct=`, `final_rss_kb=`,
+ * `peak_rss_kb=`.
  */
 #include "benchutil.h"
 
@@ -29,12 +37,66 @@ struct worker {
     pthread_t tid;
     uint64_t seed;
     double t_end;
+    char **p;                   /* its live blocks, for shared_layout() */
+    unsigned *n;
 };
 
 static long steps = 25000000;
 static int live = 2000;
 static size_t min_sz = 16, max_sz = 512;
-static pthread_barrier_t start;
+static pthread_barrier_t start, timed, laid_out;
+
+struct unit { uintptr_t no; int thread; };
+
+static int unit_cmp(const void *a, const void *b)
+{
+    const struct unit *x = a, *y = b;
+    return x->no < y->no ? -1 : x->no > y->no;
+}
+
+/* Percent of the units (cache lines at shift 6, pages at 12) in u that
+ * hold blocks of more than one thread; sorts u. */
+static double shared_pct(struct unit *u, size_t m, int shift)
+{
+    for (size_t i = 0; i < m; i++)
+        u[i].no >>= shift;
+    qsort(u, m, sizeof *u, unit_cmp);
+    size_t all = 0, shared = 0;
+    for (size_t i = 0, j; i < m; i = j) {
+        int mixed = 0;
+        for (j = i; j < m && u[j].no == u[i].no; j++)
+            mixed |= u[j].thread != u[i].thread;
+        all++;
+        shared += (size_t)mixed;
+    }
+    return all ? 100.0 * (double)shared / (double)all : 0.0;
+}
+
+/* The threads' live blocks side by side: what share of the cache lines and
+ * pages they touch holds blocks of two threads (see the top). */
+static void shared_layout(const struct worker *w, int threads)
+{
+    size_t m = 0, cap = 0;
+    for (int t = 0; t < threads; t++)
+        for (int i = 0; i < live; i++)
+            cap += w[t].n[i] / 64 + 2;
+    struct unit *u = malloc(cap * sizeof *u);
+    if (!u)
+        bu_die("churn", "out of memory");
+    for (int t = 0; t < threads; t++)
+        for (int i = 0; i < live; i++) {
+            uintptr_t a = (uintptr_t)w[t].p[i];
+            for (uintptr_t l = a >> 6; l <= (a + w[t].n[i] - 1) >> 6; l++)
+                u[m++] = (struct unit){ l << 6, t };
+        }
+    double lines = shared_pct(u, m, 6);
+    for (size_t i = 0; i < m; i++)
+        u[i].no <<= 6;                   /* back to addresses */
+    double pages = shared_pct(u, m, 12);
+    free(u);
+    bu_kv_double("shared_lines_pct", lines);
+    bu_kv_double("shared_pages_pct", pages);
+}
 
 static void *work(void *argp)
 {
@@ -62,6 +124,10 @@ static void *work(void *argp)
         bu_tag(p[k], n[k]);
     }
     w->t_end = bu_now();
+    w->p = p;
+    w->n = n;
+    pthread_barrier_wait(&timed);       /* main lays the blocks out */
+    pthread_barrier_wait(&laid_out);
     for (int i = 0; i < live; i++) {
         bu_check("churn", p[i], n[i]);
         free(p[i]);
@@ -100,6 +166,8 @@ int main(int argc, char **argv)
     if (!w)
         bu_die("churn", "out of memory");
     pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&timed, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&laid_out, NULL, (unsigned)threads + 1);
     for (int i = 0; i < threads; i++) {
         w[i].seed = seed + 1000 * (uint64_t)i;
         bu_thread("churn", &w[i].tid, 0, work, &w[i]);
@@ -108,6 +176,9 @@ int main(int argc, char **argv)
     double t0 = bu_now();
     bu_event("start");
     double t1 = t0;
+    pthread_barrier_wait(&timed);       /* every thread is done, blocks live */
+    shared_layout(w, threads);
+    pthread_barrier_wait(&laid_out);
     for (int i = 0; i < threads; i++) {
         pthread_join(w[i].tid, NULL);
         if (w[i].t_end > t1)
@@ -119,6 +190,8 @@ int main(int argc, char **argv)
            "%.2f s, %.3g ops/s\n", threads, steps, live, min_sz, max_sz, sec, ops / sec);
     bu_speed(ops, sec);
     pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&timed);
+    pthread_barrier_destroy(&laid_out);
     free(w);
     bu_final();
     return 0;

@@ -113,7 +113,9 @@ def suite(bench, quick):
             % ('1 thread' if tag == '1' else '%d threads (one per CPU)' % nt,
                '200k' if q else '25M'),
             [os.path.join(bench, 'churn'), '-t', str(nt), '-n', '200000' if q else '25000000'],
-            extra=speed_extra, speed=True))
+            extra=speed_extra + ([('shared_lines_pct', 'lines shared %', None),
+                                  ('shared_pages_pct', 'pages shared %', None)]
+                                 if nt > 1 else []), speed=True))
     W.append(Workload(
         'xthread', '%d producer/consumer pair(s): %s blocks of 16..512 B malloc\'d in '
         'one thread, freed in the other, in batches of 1000'
