@@ -166,6 +166,19 @@ int os_fd_high(int fd)
     return hi;
 }
 
+void os_fd_reserve(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        int hi = fcntl(fd, F_DUPFD_CLOEXEC, OS_FD_MIN);
+        if (hi >= 0) {
+            close(hi);
+            return;
+        }
+        if (errno != EBADF)
+            return;                     /* EINVAL, EMFILE: a low RLIMIT_NOFILE */
+    }
+}
+
 int os_memfd(size_t size, int *fd)
 {
     int f = os_fd_high(memfd_create("slabdefrag-arena", MFD_CLOEXEC));

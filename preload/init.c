@@ -2,7 +2,8 @@
  * preload/init.c - process life: start-up, fork, exit.
  *
  * Nothing here runs inside the first malloc: that one sets up its caches
- * lazily (classes/tcache.c).  The constructor registers the fork handlers,
+ * lazily (classes/tcache.c).  The constructor grows the descriptor table
+ * for the allocator's own descriptors (os_fd_reserve), registers the fork handlers,
  * starts the background shrinker if an option asks for it, and opens the
  * control socket; the destructor prints statistics and stops the thread.
  *
@@ -20,6 +21,7 @@
 #include "control.h"
 #include "lifetime.h"
 #include "options.h"
+#include "os.h"
 #include "prof.h"
 #include "segment.h"
 #include "shrinker.h"
@@ -36,6 +38,7 @@ static void fork_child(void)
 
 __attribute__((constructor(101))) static void slabdefrag_init(void)
 {
+    os_fd_reserve();                    /* while the program has one thread */
     cache_init();
     syscalls_init();
     lifetime_init();

@@ -15,9 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <slabdefrag.h>
@@ -111,8 +113,7 @@ static void child_start(struct child *c, const char *const *add)
     if (c->pid == 0) {
         dup2(i[0], 0);
         dup2(o[1], 1);
-        close(i[1]);
-        close(o[0]);
+        close_range(3, ~0U, CLOSE_RANGE_UNSHARE);  /* a small table: descriptor_table_grown_at_start */
         const char *argv[] = { INSPECT_CHILD, "serve", NULL };
         execve(argv[0], (char **)argv, make_env(add));
         _exit(127);
@@ -284,6 +285,97 @@ Test(background, idle_threaded_program_gives_back, .timeout = 60)
     idle_rss(off, &before, &after);
     cr_assert(after > before - 2048, "BACKGROUND=0: RSS %ld kB -> %ld kB while idle",
               before, after);
+}
+
+/* 1 when process `pid` holds a file open whose link reads `target`. */
+static int has_open(pid_t pid, const char *target)
+{
+    char dir[64], path[128], link[256];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(path, sizeof path, "%s/%d", dir, fd);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n <= 0)
+            continue;
+        link[n] = 0;
+        if (!strcmp(link, target))
+            return 1;
+    }
+    return 0;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The shrinker's PSI trigger is opened a second after its thread starts,
+ * not at once: the kernel's close of a trigger waits an RCU grace period,
+ * which every short-lived process paid at exit (hooks/shrinker.c).  The
+ * serving child runs with SLABDEFRAG_BACKGROUND=1: the thread from its start.
+ * Not a timing test: absence is checked only if the check came within
+ * 0.8 s of the start, and presence is waited for up to 20 s. */
+Test(background, pressure_watch_opens_after_a_second, .timeout = 60)
+{
+    int fd = open("/proc/pressure/memory", O_RDWR | O_NONBLOCK);
+    if (fd < 0)
+        cr_skip_test("no writable /proc/pressure/memory (%s)", strerror(errno));
+    static const char trig[] = "some 150000 2000000";
+    int ok = write(fd, trig, sizeof trig) > 0;
+    close(fd);
+    if (!ok)
+        cr_skip_test("PSI triggers refused here (%s)", strerror(errno));
+
+    static const char *const on[] = { "SLABDEFRAG_BACKGROUND=1", NULL };
+    struct child c;
+    double t0 = mono_s();
+    child_start(&c, on);
+    int early = has_open(c.pid, "/proc/pressure/memory");
+    if (mono_s() - t0 < 0.8)
+        cr_expect(!early, "the PSI trigger was open within 0.8 s of the start");
+    int late = 0;
+    for (int i = 0; i < 200 && !late; i++) {
+        usleep(100000);
+        late = has_open(c.pid, "/proc/pressure/memory");
+    }
+    child_stop(&c);
+    cr_assert(late, "no PSI trigger open 20 s after the start");
+
+    static const char *const off[] = { "SLABDEFRAG_BACKGROUND=1", "SLABDEFRAG_PSI=0", NULL };
+    child_start(&c, off);
+    usleep(1500000);
+    int opened = has_open(c.pid, "/proc/pressure/memory");
+    child_stop(&c);
+    cr_assert(!opened, "SLABDEFRAG_PSI=0 opened the PSI trigger");
+}
+
+#define OS_FD_MIN_TEST 512             /* core/os.h's OS_FD_MIN */
+
+/* The descriptor table is grown past 512 by the constructor, while the
+ * program has one thread (core/os.h, os_fd_reserve): grown later, in a
+ * threaded program, it waits an RCU grace period.  The serving child has
+ * no shrinker thread and no descriptor of ours, so only the constructor
+ * can have grown its table (FDSize in /proc/PID/status: 64 otherwise). */
+Test(background, descriptor_table_grown_at_start, .timeout = 60)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur <= OS_FD_MIN_TEST)
+        cr_skip_test("RLIMIT_NOFILE %lu: no descriptors from 512 up", (unsigned long)rl.rlim_cur);
+    struct child c;
+    child_start(&c, NULL);
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)c.pid);
+    int fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0);
+    slurp(fd, buf, sizeof buf);
+    close(fd);
+    child_stop(&c);
+    char *p = strstr(buf, "FDSize:");
+    cr_assert(p, "no FDSize in %s", path);
+    long size = strtol(p + 7, NULL, 10);
+    cr_assert(size > 512, "FDSize %ld: the table was not grown at start-up", size);
 }
 
 /* ------------------------------------------------------------------ */
