@@ -3,9 +3,10 @@
  *
  * Nothing here runs inside the first malloc: that one sets up its caches
  * lazily (classes/tcache.c).  The constructor grows the descriptor table
- * for the allocator's own descriptors (os_fd_reserve), registers the fork handlers,
- * starts the background shrinker if an option asks for it, and opens the
- * control socket; the destructor prints statistics and stops the thread.
+ * for the allocator's own descriptors (os_fd_reserve), registers the fork
+ * handlers, starts the background shrinker if an option asks for it, and
+ * opens the control socket; the destructor prints statistics and stops
+ * the thread.
  *
  * Fork: the allocator's locks are handled by classes/fork.c (registered at
  * first use); here the child counts its one thread, restarts the shrinker
