@@ -406,12 +406,13 @@ struct slab *cache_slab_new(struct sd_cache *c)
     if (dirty && c->debug)                  /* its state words start at 0 */
         memset(s->start, 0, seg_kind_bytes(kind));
     uint64_t seed = 0;
-    if (c->shuffle) {                       /* a seed per slab */
+    unsigned order = __atomic_load_n(&c->shuffle, __ATOMIC_RELAXED);  /* mesh.c sets it */
+    if (order) {                            /* a seed per slab */
         static uint64_t slabs_made;
         seed = ((uintptr_t)s->start ^ os_now_ns()) +
                __atomic_add_fetch(&slabs_made, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ULL;
     }
-    slab_format(s, c->size, cap, c->fp_off, c->ctor, c->shuffle, seed);
+    slab_format(s, c->size, cap, c->fp_off, c->ctor, order, seed);
     s->cache = c;
     s->bin = c->id;
     slab_set_state(s, SLAB_UNUSED);     /* fbin: none until it is allocated from */

@@ -39,7 +39,10 @@ struct sd_cache {
                                    from, in address order (core/segment.c,
                                    "Small slabs"; under that kind's lock) */
     uint8_t   shuffle;          /* meshing: the order of new slabs'
-                                   freelists, enum slab_order (mesh.c) */
+                                   freelists, enum slab_order; address
+                                   order turns to rotation when a mesh
+                                   pass sees a pattern (mesh.c; relaxed
+                                   atomic: written under mesh_lock) */
     uint8_t   page_purge;       /* PURGE_*: free pages of its sparse slabs go back
                                    to the OS (cache.c: "Pages of sparse
                                    slabs") */

@@ -56,7 +56,9 @@
  * takes every slab lock in turn, and two slab locks are never waited for
  * at once.  mesh_lock serialises passes (one write-protected range at a
  * time) and guards each class's policy state (mesh_seen_*, mesh_backoff_*,
- * mesh_busy in struct sd_cache: "Which classes a pass meshes" below).  A
+ * mesh_busy in struct sd_cache: "Which classes a pass meshes" below) and
+ * the writes of its `shuffle` (pattern_seen; read without it, relaxed, by
+ * cache_slab_new).  A
  * free through an alias takes the alias's lock, reads the host, drops it
  * and then takes the host's lock: never two slab locks.
  *
@@ -202,20 +204,36 @@ void mesh_init(void)
 /* Placement.  A fresh slab hands its objects out in address order, so a
  * program that frees by a pattern of its allocation order (every other
  * node, all but every fourth record) leaves the same slots live in every
- * slab, and no two slabs can ever mesh.  With meshing each new slab's
- * freelist starts at a random object and runs in address order from
- * there, wrapping around (SLABDEFRAG_MESH_SHUFFLE=1, the default: a random
- * rotation, core/slab.c): a pattern with period p then leaves slabs whose
+ * slab, and no two slabs can ever mesh.  Rotating a new slab's freelist -
+ * from a random object on, in address order, wrapping around (core/
+ * slab.c) - breaks that: a pattern with period p then leaves slabs whose
  * rotations differ modulo p disjoint (every other node: half the pairs;
  * all but every fourth: three in four), and a random pattern stays
- * random.  SLABDEFRAG_MESH_SHUFFLE=2 makes it a random permutation
+ * random.  But the rotation costs a program that walks its objects in
+ * allocation order: python's cyclic GC visits every container in the
+ * order it was made, and a full collection of the dict/str fill of
+ * scripts/pychurn.py took 0.087-0.095 s in rotated slabs against
+ * 0.066-0.072 s in address order, its fill 0.84 against 0.77 s (7 runs
+ * each; equal, 0.50 s, with the GC disabled).  In address order a
+ * class's page slabs follow each other (core/segment.c, "Small slabs"),
+ * so its objects in allocation order are one ascending run; rotated, each
+ * slab is two runs, each starting cold for the hardware prefetchers (the
+ * likely reason; measured only as time).
+ *
+ * So by default (SLABDEFRAG_MESH_SHUFFLE=1, MESH_ORDER_ADAPT) a class's
+ * new slabs start in address order and turn to rotated for good when a
+ * mesh batch shows a pattern (pattern_seen): its candidates hold at least
+ * 4 objects per slot between them and still leave a quarter of the slots
+ * unused in all.  Random frees leave about e^-4 (2%) of them unused in all
+ * at that density; a pattern of period p (p - 1)/p.  The slabs made until
+ * then keep their order; those made after it mesh (tests/mesh `pattern`:
+ * a second batch).  SLABDEFRAG_MESH_SHUFFLE=3 rotates from the start,
+ * 0 never.  SLABDEFRAG_MESH_SHUFFLE=2 makes it a random permutation
  * (Fisher-Yates, as SLUB's CONFIG_SLAB_FREELIST_RANDOM and Mesh's shuffle
  * vectors), which also breaks patterns no rotation does, at a price: the
  * objects a program allocates one after the other land anywhere in their
- * slab, and everything that walks them in that order (python's cyclic
- * GC, its dicts) misses the cache - python's dict/str churn spent 0.45 s
- * more in its 2.6 s fill with the permutation than with the rotation,
- * which costs no more than address order (README, issue 16).  Unlike
+ * slab - python's dict/str churn spent 0.45 s more in its 2.6 s fill with
+ * the permutation than with the rotation (README, issue 16).  Unlike
  * Mesh, frees are not shuffled: an object freed and allocated again
  * reuses its slot (LIFO), which keeps the fast path a plain list pop and
  * push; the pattern the rotation breaks is the one a fresh heap is
@@ -224,7 +242,9 @@ void mesh_geometry(struct sd_cache *c)
 {
     if (!mesh_enabled() || c->debug)
         return;
-    c->shuffle = (uint8_t)sd_opt.mesh_shuffle;
+    c->shuffle = sd_opt.mesh_shuffle == MESH_ORDER_ROTATE ? SLAB_ORDER_ROTATE
+               : sd_opt.mesh_shuffle == MESH_ORDER_PERMUTE ? SLAB_ORDER_SHUFFLE
+               : SLAB_ORDER_ADDRESS;
     if (c->size >= MESH_SMALL_MIN && c->size <= MESH_SMALL_MAX)
         c->page_purge = 0;          /* its sparse slabs mesh instead */
     if (!sd_opt.mesh_page_slabs || c->size > MESH_SMALL_MAX || c->size < MESH_SMALL_MIN)
@@ -435,6 +455,37 @@ static void batch_settle(struct sd_cache *c, struct slab *s)
         sd_spin_unlock(&s->lock);
 }
 
+#define PATTERN_DENSITY 4               /* live objects per slot, at least */
+#define PATTERN_UNUSED 4                /* and 1/this of the slots unused */
+
+/* Placement (above): do the n candidates of a batch, in address order,
+ * leave the same slots unused?  Then the class's new slabs are rotated. */
+static void pattern_seen(struct sd_cache *c, int n, uint32_t cap)
+{
+    if (sd_opt.mesh_shuffle != MESH_ORDER_ADAPT ||
+        __atomic_load_n(&c->shuffle, __ATOMIC_RELAXED) != SLAB_ORDER_ADDRESS)
+        return;
+    uint64_t any[MAP_WORDS] = { 0 };
+    unsigned words = (cap + 63) / 64;
+    uint64_t live = 0;
+    for (int i = 0; i < n; i++) {
+        if (used_n[i] == UINT32_MAX)
+            continue;
+        live += used_n[i];
+        for (unsigned w = 0; w < words; w++)
+            any[w] |= used_map[i][w];
+    }
+    if (live < (uint64_t)cap * PATTERN_DENSITY)
+        return;
+    uint32_t used = 0;
+    for (unsigned w = 0; w < words; w++)
+        used += (uint32_t)__builtin_popcountll(any[w]);
+    if ((cap - used) * PATTERN_UNUSED < cap)
+        return;
+    __atomic_store_n(&c->shuffle, (uint8_t)SLAB_ORDER_ROTATE, __ATOMIC_RELAXED);
+    cache_stat_add(c, SD_STAT_MESH_PATTERNS, 1);
+}
+
 /* Returns -1 to stop meshing (map cap), else the meshes made; *more when
  * the batch was cut short. */
 static int mesh_cache(struct sd_cache *c, unsigned kind, uint32_t cap,
@@ -454,6 +505,7 @@ static int mesh_cache(struct sd_cache *c, unsigned kind, uint32_t cap,
         sd_spin_unlock(&cand[i]->lock);
         used_n[i] = k < 0 ? UINT32_MAX : (uint32_t)k;
     }
+    pattern_seen(c, n, cap);
     /* Fullest first (insertion sort of at most MESH_BATCH). */
     for (int i = 1; i < n; i++) {
         struct slab *s = cand[i];

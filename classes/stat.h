@@ -32,7 +32,8 @@
     X(PAGES_REFILLED,   "pages_refilled",   "purged pages taken back for allocation") \
     X(SORTS_SKIPPED,    "sorts_skipped",    "shrink passes that found the partial list as last sorted") \
     X(MESH_SKIPPED_BUSY, "mesh_skipped_busy", "mesh passes that left the class alone: busy refilling") \
-    X(MESH_BACKOFFS,    "mesh_backoffs",    "times meshing backed off the class: its meshes were undone")
+    X(MESH_BACKOFFS,    "mesh_backoffs",    "times meshing backed off the class: its meshes were undone") \
+    X(MESH_PATTERNS,    "mesh_patterns",    "mesh batches whose slabs all left the same slots unused")
 
 enum sd_stat {
 #define X(id, name, doc) SD_STAT_##id,

@@ -44,8 +44,10 @@ struct sd_options {
                                       memory until they host a mesh
                                       (core/segment.c, "Anonymous segments") */
     uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects
-                                      from a random one on (1) or in a
-                                      random order (2): enum slab_order */
+                                      in address order (0), from a random
+                                      one on once a class shows a pattern
+                                      (1), in a random order (2), from a
+                                      random one on (3): MESH_ORDER_* */
     uint32_t percpu;               /* per-CPU caches where rseq allows (0:
                                       per-thread caches) */
     uint32_t percpu_kb;            /* per-CPU budget of the malloc classes */
@@ -69,6 +71,9 @@ struct sd_options {
  * back what has idled past the decay (retained empty slabs, free
  * extents) even while the program makes no allocator call. */
 enum { SD_BG_OFF, SD_BG_ON, SD_BG_AUTO };
+
+/* mesh_shuffle (classes/mesh.c, "Placement"). */
+enum { MESH_ORDER_ADDRESS, MESH_ORDER_ADAPT, MESH_ORDER_PERMUTE, MESH_ORDER_ROTATE };
 
 /* SLABDEFRAG_MESH_BARRIER: how a slab being meshed is write-protected
  * (core/heapfile.c). */

@@ -18,16 +18,21 @@ SYSTEM_ALLOCATORS = [
 ]
 ALLOCATOR_ORDER = ['slabdefrag', 'slabdefrag+mesh', 'jemalloc', 'glibc', 'mimalloc',
                    'tcmalloc']
-# Rows that run libslabdefrag with extra environment.  The last three are
-# only run when --allocators names them (the cost of the shuffle; the
-# per-thread fallback of the thread caches; the cost of hardening).
+# Rows that run libslabdefrag with extra environment.  The last four are
+# only run when --allocators names them (new slabs in address order, or
+# rotated from the start, against the default that rotates once a class
+# shows a pattern; the per-thread fallback of the thread caches; the cost
+# of hardening).
 ALLOCATOR_ENV = {'slabdefrag+mesh': {'SLABDEFRAG_MESH': '1'},
                  'slabdefrag+mesh-noshuffle': {'SLABDEFRAG_MESH': '1',
                                                'SLABDEFRAG_MESH_SHUFFLE': '0'},
+                 'slabdefrag+mesh-rotate': {'SLABDEFRAG_MESH': '1',
+                                            'SLABDEFRAG_MESH_SHUFFLE': '3'},
                  'slabdefrag+perthread': {'SLABDEFRAG_PERCPU': '0'},
                  'slabdefrag+noharden': {'SLABDEFRAG_HARDEN': '0'}}
-KNOWN_ALLOCATORS = (ALLOCATOR_ORDER[:2] + ['slabdefrag+mesh-noshuffle', 'slabdefrag+perthread',
-                                           'slabdefrag+noharden'] + ALLOCATOR_ORDER[2:])
+KNOWN_ALLOCATORS = (ALLOCATOR_ORDER[:2] + ['slabdefrag+mesh-noshuffle', 'slabdefrag+mesh-rotate',
+                                           'slabdefrag+perthread', 'slabdefrag+noharden'] +
+                    ALLOCATOR_ORDER[2:])
 BASELINE = 'jemalloc'
 # Another build of the library, side by side with this one (an older
 # commit, say): BASE@TAG=PATH, BASE one of the slabdefrag rows (its
