@@ -25,7 +25,9 @@
  * (an eventfd write per 64 slabs that frees left sparse: classes/cache.c)
  * and once the nudges pause for NUDGE_QUIET_MS, a pass meshes at once,
  * classes that grew included: a burst of frees is meshed within about two
- * seconds, and an idle program gets no pass but the interval's.
+ * seconds, and an idle program gets no pass but the interval's.  Until
+ * they pause (for at most MESH_HOLD_MAX_MS), the interval's passes and
+ * the catch-ups do not mesh.
  * A pass walks the caches round-robin and stops when its time budget
  * (SLABDEFRAG_PASS_BUDGET_MS) is spent; the next pass resumes there.
  *
@@ -150,6 +152,14 @@ static int mesh_more;                        /* last mesh pass was cut short */
 /* The free path's nudge (a burst of frees made many slabs sparse) is
  * acted on once no nudge came for this long. */
 #define NUDGE_QUIET_MS 100
+/* Until then, for at most this long, neither the interval's passes nor
+ * catch-ups mesh: a slab meshed while the frees go on may empty and
+ * unmesh, and each mesh interrupts the freeing threads (TLB flushes).
+ * kvstore's deletes, meshed from the interval pass at 1.0 s to its exit
+ * at 1.25 s (3,258 meshes), ran 1.12x meshing off, 1.07x with no mesh
+ * made (README, issue 16).  A program whose frees never pause is meshed
+ * as before once this has passed. */
+#define MESH_HOLD_MAX_MS 5000
 /* Released slots of meshing's arena wait dirty, and released mesh
  * aliases stale (core/segment.c), this long after the thread first sees
  * them (the first one wakes it) before it punches or maps them back, off
@@ -212,7 +222,7 @@ static void pass_event(size_t bytes)
  * that frees and allocates again would otherwise fault its slabs back in
  * every second (python's churn under meshing released and refaulted
  * 95 MB in 19 passes). */
-static size_t pass(int urgent, int mesh_all)
+static size_t pass(int urgent, int mesh_all, int mesh)
 {
     uint64_t t0 = os_now_ns(), budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
     uint64_t deadline = t0 + budget;
@@ -242,7 +252,7 @@ static size_t pass(int urgent, int mesh_all)
     /* Meshing, with a budget of its own: a pass holds one slab write-
      * protected at a time, for the copy of one slab.  Not when asked to
      * leave: exit waits for this thread (shrinker_stop). */
-    if (mesh_enabled() && !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+    if (mesh && mesh_enabled() && !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         bytes += mesh_pass(os_now_ns() + budget,
                            &mesh_more, (mesh_all ? MESH_GROWING : 0) | (urgent ? MESH_FORCE : 0));
     /* Released slots (counted above): a pass of the interval punches the
@@ -402,7 +412,7 @@ static uint64_t mesh_catchup(void)
 {
     if (!program_idle()) {
         uint64_t t0 = os_now_ns();
-        pass(0, 0);
+        pass(0, 0, 1);
         return (os_now_ns() - t0) * MESH_BUSY_REST;
     }
     uint64_t t0 = os_now_ns();
@@ -472,6 +482,9 @@ void *shrinker_main(void *arg)
     uint64_t again_gap = again_min; /* from last_mesh to the next catch-up */
     uint64_t dirty_seen = 0;        /* ns it first saw dirty slots or stale
                                        aliases it has not dealt with */
+    uint64_t held_from = 0;         /* ns meshing was first held back for
+                                       frees that go on (MESH_HOLD_MAX_MS) */
+    const uint64_t hold_max = MESH_HOLD_MAX_MS * 1000000ull;
     segment_dirty_purger(dirty_wake);
     for (;;) {
         int n = 0;
@@ -485,8 +498,15 @@ void *shrinker_main(void *arg)
          * after the last mesh pass, or the rest a busy program's catch-up
          * asked for (each bounded by its budget), until a pass makes no
          * progress. */
-        int again = mesh_more && sd_opt.shrink_interval_ms > MESH_AGAIN_MS;
         uint64_t now = os_now_ns(), wake_at = next_interval;
+        if (!nudged)
+            held_from = 0;
+        else if (!held_from)
+            held_from = now;
+        int held = nudged && now - held_from < hold_max;
+        if (held && held_from + hold_max < wake_at)
+            wake_at = held_from + hold_max;
+        int again = mesh_more && sd_opt.shrink_interval_ms > MESH_AGAIN_MS && !held;
         if (again && last_mesh + again_gap < wake_at)
             wake_at = last_mesh + again_gap;
         if (nudged && nudged + NUDGE_QUIET_MS * 1000000ull < wake_at)
@@ -528,6 +548,9 @@ void *shrinker_main(void *arg)
         if (r > 0 && ictl >= 0 && fds[ictl].revents & POLLIN && control_ready)
             control_ready(cfd);
         now = os_now_ns();
+        if (nudged && !held_from)       /* a nudge in this poll */
+            held_from = now;
+        held = nudged && now - held_from < hold_max;
         if (watch_wait && now >= watch_from) {
             /* Only this thread opens them, and one thread runs at a time
              * (a restarted one starts with them open). */
@@ -565,14 +588,15 @@ void *shrinker_main(void *arg)
          * slabs meshed would empty and unmesh). */
         if (nudged && !do_pass && now - nudged >= NUDGE_QUIET_MS * 1000000ull) {
             nudged = 0;
-            pass(0, 1);
+            held_from = 0;
+            pass(0, 1, 1);
             last_mesh = os_now_ns();
             again_gap = again_min;
             sig_after_pass = program_sig();
             continue;
         }
         if (do_pass) {
-            pass(do_pass == 2, do_pass == 2);
+            pass(do_pass == 2, do_pass == 2, do_pass == 2 || !held);
             last_mesh = os_now_ns();
             again_gap = again_min;
             sig_after_pass = program_sig();

@@ -14,7 +14,12 @@
  *             program asks)
  *   busy      a class a thread keeps refilling (thousands of refills a
  *             second) is left alone by the interval's passes: the
- *             statistics count skipped passes
+ *             statistics count skipped passes (after up to 5 s in which
+ *             the churn's frees hold the interval's meshing back anyway:
+ *             hooks/shrinker.c, MESH_HOLD_MAX_MS)
+ *   hold      while a program's frees go on (the free path's nudges), the
+ *             interval's passes do not mesh: none in the last 0.3 s of a
+ *             second of frees; once the frees pause, meshes come
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -195,7 +200,9 @@ Test(mesh, busy, .timeout = 120)
     unsigned long skipped = cache_counter(CLASS, "mesh_skipped_busy");
     pthread_t t;
     CHECK(pthread_create(&t, NULL, churn, NULL) == 0, "pthread_create");
-    for (int i = 0; i < 100 && cache_counter(CLASS, "mesh_skipped_busy") == skipped; i++)
+    /* The churn's frees hold meshing back for up to 5 s; then the busy
+     * rule. */
+    for (int i = 0; i < 300 && cache_counter(CLASS, "mesh_skipped_busy") == skipped; i++)
         sleep_ms(30);
     unsigned long now = cache_counter(CLASS, "mesh_skipped_busy");
     __atomic_store_n(&stop_churn, 1, __ATOMIC_RELAXED);
@@ -203,4 +210,56 @@ Test(mesh, busy, .timeout = 120)
     CHECK(now > skipped, "the busy class was never skipped (refills %lu)",
           cache_counter(CLASS, "alloc_refill"));
     free_all();
+}
+
+/* ---- hold: no meshing while the frees go on ---- */
+
+#define HOLD_N 65536                    /* 64 MiB of malloc-1024 */
+static char *hold_blocks[HOLD_N];
+
+Test(mesh, hold, .timeout = 120)
+{
+    for (unsigned i = 0; i < HOLD_N; i++) {
+        hold_blocks[i] = malloc(OBJ);
+        CHECK(hold_blocks[i], "malloc");
+        hold_blocks[i][0] = (char)i;
+    }
+    unsigned order[HOLD_N];
+    for (unsigned i = 0; i < HOLD_N; i++)
+        order[i] = i;
+    unsigned seed = 7;
+    for (unsigned i = HOLD_N - 1; i > 0; i--) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned j = (seed >> 8) % (i + 1), x = order[i];
+        order[i] = order[j];
+        order[j] = x;
+    }
+    sleep_ms(150);                      /* the fill's own passes are over */
+    /* 85% freed in a random order over about a second (the interval is
+     * 20 ms: some 50 passes meanwhile), the meshes counted at 70%. */
+    unsigned nfree = HOLD_N / 100 * 85, at70 = nfree / 100 * 70;
+    unsigned long m70 = 0;
+    for (unsigned k = 0; k < nfree; k++) {
+        free(hold_blocks[order[k]]);
+        hold_blocks[order[k]] = NULL;
+        if (k % 256 == 255)
+            sleep_ms(4);
+        if (k == at70)
+            m70 = cache_counter(CLASS, "meshes");
+    }
+    unsigned long m100 = cache_counter(CLASS, "meshes");
+    unsigned long m = m100;
+    for (int i = 0; i < 150 && m == m100; i++) {
+        sleep_ms(20);
+        m = cache_counter(CLASS, "meshes");
+    }
+    printf("hold: %lu meshes at 70%% of the frees, %lu at their end, %lu after them\n",
+           m70, m100, m);
+    CHECK(m100 == m70, "%lu meshes while the frees went on", m100 - m70);
+    CHECK(m > m100, "no mesh within 3 s of the frees' end");
+    for (unsigned i = 0; i < HOLD_N; i++)
+        if (hold_blocks[i]) {
+            CHECK(hold_blocks[i][0] == (char)i, "block %u changed", i);
+            free(hold_blocks[i]);
+        }
 }
