@@ -45,29 +45,6 @@
 #define CLASS   "malloc-1024"
 #define NBLOCKS 8192              /* blocks per round (about 8 MiB) */
 
-/* ---- the JSON statistics (meshjson.h) ---- */
-
-/* Counter `key` of cache `name` (its "counters" object); 0 while the
- * cache is not listed. */
-static unsigned long cache_counter(const char *name, const char *key)
-{
-    char *json = stats_json();
-    char k[96];
-    const char *c = json_cache(json, name);
-    if (!c) {                           /* not used yet */
-        free(json);
-        return 0;
-    }
-    c = strstr(c, "\"counters\":{");
-    CHECK(c, "no counters for %s", name);
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *v = strstr(c, k);
-    CHECK(v, "no counter %s", key);
-    unsigned long n = strtoul(v + strlen(k), NULL, 10);
-    free(json);
-    return n;
-}
-
 static void sleep_ms(unsigned ms)
 {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };

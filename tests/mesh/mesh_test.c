@@ -19,11 +19,6 @@
  *   small     random sparse 48-byte objects mesh, contents intact; the
  *             class grows past SLABDEFRAG_MESH_PAGE_SLABS (default 16)
  *             slabs, so it holds 16 KiB and 4 KiB slabs (0: 16 KiB only)
- *   pattern   every fourth object kept in allocation order, twice: slabs
- *             in address order cannot mesh; by default the first batch's
- *             pass sees the pattern and the second batch's slabs, rotated,
- *             mesh; rotated (SLABDEFRAG_MESH_SHUFFLE=3) or permuted (2)
- *             from the start both batches do, in address order (0) none
  *   slots     released slots wait dirty and are reused or punched (by the
  *             shrinker, unasked, or by sd_shrink_all), unmeshed aliases
  *             wait stale and are mapped back; no block ever shares memory
@@ -493,17 +488,6 @@ static size_t slab_size_of(const char *name)
     return in.slab_size;
 }
 
-/* Counter `key` of cache `name` from the JSON statistics. */
-static unsigned long class_counter(const char *name, const char *key)
-{
-    char *json = stats_json();
-    const char *o = json_cache(json, name);
-    CHECK(o, "no cache %s", name);
-    unsigned long n = json_num(o, key);
-    free(json);
-    return n;
-}
-
 Test(mesh, small, .timeout = 300)
 {
     enum { N = 400000 };
@@ -535,7 +519,7 @@ Test(mesh, small, .timeout = 300)
     CHECK(f.meshes > 0, "no mesh among sparse 48-byte slabs");
     /* Random frees are no pattern: new slabs stay in address order
      * (classes/mesh.c, "Placement"). */
-    CHECK(class_counter("malloc-48", "mesh_patterns") == 0,
+    CHECK(cache_counter("malloc-48", "mesh_patterns") == 0,
           "random frees of malloc-48 taken for a pattern");
     /* 1170 slabs' worth: past the page-slab threshold unless it is 0. */
     if (ps && !strcmp(ps, "0"))
@@ -925,83 +909,6 @@ Test(mesh, kernel, .timeout = 300)
     for (int i = 0; i < 3; i++)
         pthread_join(fe[i], NULL);
     unlink(kpath);
-}
-
-/* One batch of the pattern test: N 250-byte objects, every fourth kept
- * in allocation order, the rest freed, a full shrink; returns the meshes
- * it made.  The survivors stay in v[] and keep their contents. */
-enum { PAT_N = 200000 };
-static uint64_t *pat_v[PAT_N];
-
-static unsigned long pattern_batch(void)
-{
-    unsigned long m0 = mesh_fig().meshes;
-    for (unsigned i = 0; i < PAT_N; i++) {
-        pat_v[i] = malloc(250);
-        CHECK(pat_v[i], "malloc");
-    }
-    for (unsigned i = 0; i < PAT_N; i++) {
-        if (i % 4) {
-            free(pat_v[i]);
-            pat_v[i] = NULL;
-        } else {
-            for (unsigned k = 0; k < 31; k++)
-                pat_v[i][k] = (uintptr_t)pat_v[i] * 131 + k;
-        }
-    }
-    sd_shrink_all();
-    for (unsigned i = 0; i < PAT_N; i += 4)
-        for (unsigned k = 0; k < 31; k++)
-            CHECK(pat_v[i][k] == (uintptr_t)pat_v[i] * 131 + k, "object %p lost word %u",
-                  (void *)pat_v[i], k);
-    return mesh_fig().meshes - m0;
-}
-
-static unsigned long pattern_counter(void)
-{
-    return class_counter("malloc-256", "mesh_patterns");
-}
-
-/* Keep every fourth 256-byte object in allocation order, free the rest,
- * twice.  In address order every slab keeps the same slots (0, 4, 8...)
- * and none can mesh; rotated or permuted freelists scatter them
- * (classes/mesh.c, "Placement").  SLABDEFRAG_MESH_SHUFFLE:
- *   1 (default)  the first batch's slabs are in address order and do not
- *                mesh, but its mesh pass sees the pattern; the second
- *                batch's new slabs are rotated and mesh
- *   2, 3         permuted or rotated from the start: both batches mesh
- *   0            neither does
- * The contents stay either way. */
-Test(mesh, pattern, .timeout = 300)
-{
-    const char *sh = getenv("SLABDEFRAG_MESH_SHUFFLE");
-    int mode = sh ? atoi(sh) : 1;
-    unsigned long first = pattern_batch(), seen = pattern_counter();
-    for (unsigned i = 0; i < PAT_N; i += 4)
-        free(pat_v[i]);
-    sd_shrink_all();                    /* the first batch's slabs go */
-    unsigned long second = pattern_batch();
-    printf("pattern: SLABDEFRAG_MESH_SHUFFLE=%d, %lu meshes in the first batch, %lu in the "
-           "second, %lu patterns seen\n", mode, first, second, pattern_counter());
-    /* "Hardly any": a slab whose slots another allocation of the class
-     * shifted (stdio, the runtime) may still find a partner (1 in a
-     * clean-clone CI run; thousands with rotation). */
-    if (mode == 2 || mode == 3)
-        CHECK(first > 100, "only %lu meshes with rotated or permuted slabs", first);
-    else
-        CHECK(first <= 16, "%lu meshes among slabs that all keep the same slots", first);
-    if (mode == 1) {
-        CHECK(seen >= 1, "the first batch's pattern went unseen");
-        CHECK(second > 100, "only %lu meshes among slabs made after the pattern was seen",
-              second);
-    } else {
-        CHECK(pattern_counter() == 0, "a pattern counted with SLABDEFRAG_MESH_SHUFFLE=%d",
-              mode);
-        CHECK(mode == 0 ? second <= 16 : second > 100, "%lu meshes in the second batch",
-              second);
-    }
-    for (unsigned i = 0; i < PAT_N; i += 4)
-        free(pat_v[i]);
 }
 
 /* ---- slots: dirty slots and stale aliases (core/segment.c) ---- */

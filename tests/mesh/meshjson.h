@@ -1,6 +1,6 @@
 /*
  * tests/mesh/meshjson.h - reading the JSON statistics in the mesh tests
- * (mesh_test.c, mesh_policy.c).  The includer defines CHECK(c, fmt, ...)
+ * (mesh_test.c, mesh_policy.c, mesh_pattern.c).  The includer defines CHECK(c, fmt, ...)
  * first.
  */
 #ifndef SD_TESTS_MESHJSON_H
@@ -55,6 +55,27 @@ static inline const char *json_cache(const char *json, const char *name)
     char k[96];
     snprintf(k, sizeof k, "{\"name\":\"%s\",", name);
     return strstr(json, k);
+}
+
+/* Counter `key` of cache `name` (its "counters" object); 0 while the
+ * cache is not listed. */
+static inline unsigned long cache_counter(const char *name, const char *key)
+{
+    char *json = stats_json();
+    char k[96];
+    const char *c = json_cache(json, name);
+    if (!c) {                           /* not used yet */
+        free(json);
+        return 0;
+    }
+    c = strstr(c, "\"counters\":{");
+    CHECK(c, "no counters for %s", name);
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *v = strstr(c, k);
+    CHECK(v, "no counter %s", key);
+    unsigned long n = strtoul(v + strlen(k), NULL, 10);
+    free(json);
+    return n;
 }
 
 #endif
