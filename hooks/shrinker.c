@@ -499,10 +499,8 @@ void *shrinker_main(void *arg)
          * asked for (each bounded by its budget), until a pass makes no
          * progress. */
         uint64_t now = os_now_ns(), wake_at = next_interval;
-        if (!nudged)
-            held_from = 0;
-        else if (!held_from)
-            held_from = now;
+        /* held_from is set with nudged (after the poll) and cleared with
+         * it (the quiet pass). */
         int held = nudged && now - held_from < hold_max;
         if (held && held_from + hold_max < wake_at)
             wake_at = held_from + hold_max;
