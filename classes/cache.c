@@ -90,6 +90,12 @@
  *                              the objects out, then returns them to the
  *                              slabs after unlocking); fork takes them all
  *                              right after pcpu_lock.
+ *      entry_lock              (sd_mutex, classes/malloc.c) the entry
+ *                              table's switches (profiling, the deferred
+ *                              start of hooks/shrinker.c): taken under a
+ *                              slab lock by the free path's nudge, nothing
+ *                              under it; fork takes it after every list
+ *                              lock.
  *
  * mesh_lock (classes/mesh.c) serialises mesh passes and is taken with no
  * other allocator lock held; under it a pass takes list locks and slab

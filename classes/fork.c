@@ -31,6 +31,7 @@
 #include "large.h"
 #include "pcpu.h"
 #include "sample.h"
+#include "sdmalloc.h"
 #include "segment.h"
 #include "tcache.h"
 #include "thread.h"
@@ -91,12 +92,14 @@ static void fork_prepare(void)
     segment_lock_all();
     large_lock_all();
     cache_lock_all();
+    sdm_entry_fork(0);               /* a leaf under the slab locks */
     forkcopy_prepare();           /* meshing: write-protect the arena */
 }
 
 static void fork_parent(void)
 {
     forkcopy_parent();            /* waits for the child's copy */
+    sdm_entry_fork(1);
     cache_unlock_all(0);
     large_unlock_all(0);
     segment_unlock_all(0);
@@ -111,6 +114,7 @@ static void fork_child(void)
 {
     sd_thread_fork_child();         /* a new thread id in the child */
     forkcopy_child();             /* a private copy of the arena */
+    sdm_entry_fork(2);
     cache_unlock_all(1);
     large_unlock_all(1);
     segment_unlock_all(1);

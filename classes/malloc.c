@@ -10,6 +10,7 @@
 
 #include "alloc.h"
 #include "large.h"
+#include "lock.h"
 #include "os.h"
 #include "sample.h"
 #include "segment.h"
@@ -155,14 +156,92 @@ SD_HIDDEN struct sdm_entry sdm_entry = {
     .free = free_plain,
 };
 
-void sdm_entry_switch(int sampling, int checking)
+/* What the table says: the last sdm_entry_switch, and whether a deferred
+ * call waits (sdm_entry_defer).  Under entry_lock, a leaf lock (the free
+ * path's nudge takes it with a slab lock held). */
+static sd_mutex entry_lock = SD_MUTEX_INIT;
+static int entry_sampling, entry_checking;
+static void (*entry_deferred)(void);
+
+static void free_deferring(void *p);
+static void *malloc_deferring(size_t n);
+
+static void entry_apply_locked(void)
 {
-    __atomic_store_n(&sdm_entry.free, checking || sampling ? free_checked : free_plain,
-                     __ATOMIC_SEQ_CST);
-    __atomic_store_n(&sdm_entry.malloc, sampling ? malloc_counted : malloc_plain,
-                     __ATOMIC_SEQ_CST);
+    int defer = entry_deferred != NULL;
+    int sampling = entry_sampling, checking = entry_checking || sampling;
+    __atomic_store_n(&sdm_entry.free, defer ? free_deferring : checking ? free_checked
+                                            : free_plain, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sdm_entry.malloc, defer ? malloc_deferring : sampling ? malloc_counted
+                                              : malloc_plain, __ATOMIC_SEQ_CST);
     __atomic_store_n(&sdm_entry.calloc, sampling ? calloc_counted : calloc_plain,
                      __ATOMIC_SEQ_CST);
+}
+
+void sdm_entry_switch(int sampling, int checking)
+{
+    sd_mutex_lock(&entry_lock);
+    entry_sampling = sampling;
+    entry_checking = checking;
+    entry_apply_locked();
+    sd_mutex_unlock(&entry_lock);
+}
+
+void sdm_entry_defer(void (*fn)(void))
+{
+    sd_mutex_lock(&entry_lock);
+    if (entry_deferred != fn) {
+        __atomic_store_n(&entry_deferred, fn, __ATOMIC_RELEASE);
+        entry_apply_locked();
+    }
+    sd_mutex_unlock(&entry_lock);
+}
+
+void sdm_entry_fork(int phase)
+{
+    if (phase == 0)
+        sd_mutex_lock(&entry_lock);
+    else if (phase == 1)
+        sd_mutex_unlock(&entry_lock);
+    else
+        sd_mutex_reset_child(&entry_lock);
+}
+
+/* After the call: if the program's caller is outside the runtime's code,
+ * take the deferred call, put the plain entries back, and make it (errno
+ * kept: the call may start a thread). */
+static __attribute__((noinline)) void entry_run_deferred(const void *from)
+{
+    if (os_in_runtime_text(from) || !__atomic_load_n(&entry_deferred, __ATOMIC_ACQUIRE))
+        return;
+    sd_mutex_lock(&entry_lock);
+    void (*fn)(void) = entry_deferred;
+    entry_deferred = NULL;
+    entry_apply_locked();
+    sd_mutex_unlock(&entry_lock);
+    if (fn) {
+        int saved = errno;
+        fn();
+        errno = saved;
+    }
+}
+
+/* The deferring entries are reached by the tail jump of preload/
+ * override.c, so their return address is the program's call site. */
+static void free_deferring(void *p)
+{
+    const void *from = __builtin_return_address(0);
+    free_checked(p);
+    entry_run_deferred(from);
+}
+
+static void *malloc_deferring(size_t n)
+{
+    const void *from = __builtin_return_address(0);
+    void *p = __atomic_load_n(&entry_sampling, __ATOMIC_RELAXED) ? malloc_counted(n)
+                                                                : malloc_plain(n);
+    entry_run_deferred(from);
+    return p;
 }
 
 #define ENTRY(f) __atomic_load_n(&sdm_entry.f, __ATOMIC_ACQUIRE)

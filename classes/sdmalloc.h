@@ -30,6 +30,16 @@ extern __attribute__((visibility("hidden"))) struct sdm_entry sdm_entry;
  * checking; the caller orders the stores (checking on before sampling;
  * off only once no sample can live, hooks/prof.c). */
 void   sdm_entry_switch(int sampling, int checking);
+/* Make fn() (NULL: nothing) the next time malloc or free is called from
+ * outside the C library, the dynamic loader and this library (core/os.h,
+ * os_in_runtime_text), after that call, with no allocator lock held:
+ * the entries turn to ones that check their return address until then.
+ * Only for a program that has one thread (hooks/shrinker.c, "Lazy
+ * start"); callable with a slab lock held (a leaf lock). */
+void   sdm_entry_defer(void (*fn)(void));
+/* fork (classes/fork.c): 0 prepare (take the table's lock), 1 parent
+ * (release it), 2 child (reset it). */
+void   sdm_entry_fork(int phase);
 
 void  *sdm_malloc(size_t size);
 void  *sdm_calloc(size_t n, size_t size);

@@ -7,6 +7,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
+#include <stdio.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -336,4 +339,64 @@ void os_sleep_us(unsigned us)
 {
     struct timespec ts = { us / 1000000, (long)(us % 1000000) * 1000 };
     nanosleep(&ts, NULL);
+}
+
+/* ---------------------------------------------------------------- */
+/* The runtime's code                                                */
+
+#define RUNTIME_RANGES 12
+static struct { uintptr_t lo, hi; } runtime_text[RUNTIME_RANGES];
+static unsigned runtime_ranges;         /* set once, before any reader */
+static int runtime_ready;
+
+struct runtime_find {
+    uintptr_t libc_pc, self_pc, loader_base;
+    int libc, self;
+};
+
+static int runtime_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct runtime_find *f = arg;
+    int libc = 0, self = 0, loader = f->loader_base && info->dlpi_addr == f->loader_base;
+    for (int pass = 0; pass < 2; pass++)
+        for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+            if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+                continue;
+            uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+            if (pass == 0) {            /* which object is it? */
+                libc |= f->libc_pc >= lo && f->libc_pc < hi;
+                self |= f->self_pc >= lo && f->self_pc < hi;
+            } else if ((libc || self || loader) && runtime_ranges < RUNTIME_RANGES) {
+                runtime_text[runtime_ranges].lo = lo;
+                runtime_text[runtime_ranges].hi = hi;
+                runtime_ranges++;
+            }
+        }
+    f->libc |= libc;
+    f->self |= self;
+    return 0;
+}
+
+int os_runtime_text_init(void)
+{
+    /* fflush is libc's (we do not interpose it); this function is ours. */
+    struct runtime_find f = { (uintptr_t)&fflush, (uintptr_t)&os_runtime_text_init,
+                              (uintptr_t)getauxval(AT_BASE), 0, 0 };
+    runtime_ranges = 0;
+    dl_iterate_phdr(runtime_object, &f);
+    runtime_ready = f.libc && f.self;
+    return runtime_ready ? 0 : -1;
+}
+
+int os_in_runtime_text(const void *pc)
+{
+    if (!runtime_ready)
+        return 1;
+    uintptr_t a = (uintptr_t)pc;
+    for (unsigned i = 0; i < runtime_ranges; i++)
+        if (a >= runtime_text[i].lo && a < runtime_text[i].hi)
+            return 1;
+    return 0;
 }

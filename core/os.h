@@ -104,4 +104,13 @@ ssize_t os_read_file(const char *path, char *buf, size_t size);
  * 0 if unknown.  Does not allocate. */
 size_t os_rss_bytes(void);
 
+/* The code of the C library, the dynamic loader and this library: a call
+ * from there may hold their locks (hooks/shrinker.c, "Lazy start").
+ * os_runtime_text_init finds it (dl_iterate_phdr; at start-up) and returns
+ * 0, or -1 when libc's or this library's code was not found;
+ * os_in_runtime_text(pc) is 1 for an address in it (and for any address
+ * before a successful init). */
+int os_runtime_text_init(void);
+int os_in_runtime_text(const void *pc);
+
 #endif

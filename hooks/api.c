@@ -187,6 +187,12 @@ SD_EXPORT size_t sd_shrink_all(void)
             bytes += vacate_shrink_cache(c, 0, 0, 0);
     }
     bytes += mesh_pass(0, NULL, MESH_GROWING | MESH_FORCE);    /* SLABDEFRAG_MESH=1: unbounded */
+    /* The shrink's own scratch (vacate_shrink_cache's lists) went through
+     * this thread's active slabs, which it made here - perhaps in a
+     * released mesh host's slot, file-backed until its slab goes. */
+    tcache_flush_self();
+    for (unsigned i = 0; i < SD_NCLASSES; i++)
+        bytes += cache_release_empty(&sd_malloc_caches[i], 1);
     cache_settle_slots(1, 0);
     shrinker_note_pass(bytes);
     return bytes;

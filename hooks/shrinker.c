@@ -3,10 +3,12 @@
  *
  * One thread, started lazily: when a cache with get/kick is created, when
  * sd_shrink_wake() is called, at start-up when an option asks for it
- * (SLABDEFRAG_BACKGROUND, SLABDEFRAG_RSS_LIMIT_MB, SLABDEFRAG_CONTROL,
- * SLABDEFRAG_MESH), or in per-thread mode once the program runs more than
- * four threads per CPU (their caches are bounded by taking idle threads'
- * slabs back).  Never from inside malloc.  It sleeps in poll() on:
+ * (SLABDEFRAG_BACKGROUND, SLABDEFRAG_RSS_LIMIT_MB, SLABDEFRAG_CONTROL),
+ * with meshing (SLABDEFRAG_MESH) once frees leave sparse slabs or the
+ * program starts a thread ("Lazy start" below), or in per-thread mode
+ * once the program runs more than four threads per CPU (their caches are
+ * bounded by taking idle threads' slabs back).  Never from inside malloc
+ * with an allocator or C library lock held.  It sleeps in poll() on:
  *   - an eventfd (sd_shrink_wake, shutdown),
  *   - a PSI trigger on /proc/pressure/memory (150 ms of stall in 2 s),
  *   - the cgroup v2 memory.events file (a memory.high/max event),
@@ -82,6 +84,7 @@
 #include "options.h"
 #include "os.h"
 #include "pcpu.h"
+#include "sdmalloc.h"
 #include "segment.h"
 #include "stat.h"
 #include "tcache.h"
@@ -620,6 +623,54 @@ static void sparse_nudge(void)
     wake_add(WAKE_NUDGE);
 }
 
+/* Lazy start.  With meshing as the only reason for the thread, it is not
+ * started with the program: a thread changes how the program runs even
+ * while it sleeps - glibc takes the fast, atomic-free paths of
+ * pthread_mutex_lock and stdio's locks only while a process has a
+ * single thread, and bench/demos/kvstore, which locks a mutex per
+ * operation, ran 1.03x the time of meshing off with an idle shrinker
+ * thread alone (issue 16).  So the thread is armed instead (shrinker_arm)
+ * and started when meshing has work: at the free path's first nudge.  Not
+ * from the nudge itself - it holds a slab lock, and pthread_create
+ * allocates - but from the next malloc or free that the program calls
+ * from its own code (sdm_entry_defer: the entries check their return
+ * address until then), after that call: the C library calls free with
+ * its own locks held (the stack cache's while it frees a dead thread's
+ * TLS, the loader's during dlclose), which pthread_create may take, and
+ * this library with its own.  The program's code holds none of those:
+ * glibc lets a program create a thread whenever it holds only its own
+ * locks, single-threaded fast paths included (a lock taken without
+ * atomics is released with them).  A program that starts a thread of its
+ * own starts this one with it (shrinker_note_threads), so the thread is
+ * only ever armed while the program has one thread.
+ *
+ * SLABDEFRAG_BACKGROUND=1 starts it with the program instead: for a
+ * program that forbids new threads later (a seccomp sandbox), or a build
+ * whose entries are not tail jumps (preload/init.c). */
+static int armed;                            /* a nudge will start it (under `lock`) */
+
+static void lazy_start(void)
+{
+    shrinker_start();
+    wake_add(WAKE_NUDGE);                    /* the nudge that asked for it */
+}
+
+/* The nudge while armed: under a slab lock, so only the deferral. */
+static void armed_nudge(void)
+{
+    sdm_entry_defer(lazy_start);
+}
+
+void shrinker_arm(void)
+{
+    sd_mutex_lock(&lock);
+    if (!running && !shut_down) {
+        armed = 1;
+        __atomic_store_n(&cache_sparse_nudge, armed_nudge, __ATOMIC_RELEASE);
+    }
+    sd_mutex_unlock(&lock);
+}
+
 static void wake_thread(void)
 {
     uint64_t one = 1;
@@ -679,6 +730,10 @@ static void start_locked(void)
         __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
         stats.running = 1;
         __atomic_store_n(&cache_sparse_nudge, sparse_nudge, __ATOMIC_RELEASE);
+        if (armed) {
+            armed = 0;
+            sdm_entry_defer(NULL);  /* the plain entries back, if a nudge came */
+        }
     }
 }
 
@@ -745,7 +800,8 @@ void shrinker_note_threads(unsigned live)
 {
     if (__atomic_load_n(&running, __ATOMIC_ACQUIRE))
         return;
-    if ((live >= 2 && sd_opt.background == SD_BG_AUTO) ||
+    if ((live >= 2 && (sd_opt.background == SD_BG_AUTO ||
+                       __atomic_load_n(&armed, __ATOMIC_RELAXED))) ||
         (live > 4 * os_ncpus() && tcache_reclaim_wanted()))
         shrinker_start();
 }
@@ -803,7 +859,8 @@ void shrinker_after_fork_child(void)
     /* The child has no thread: the parent's running one (or the one a
      * parked parent would resume) is started again. */
     int was = (running && !stopping && !shut_down) || (parked && resume);
-    running = stopping = leaving = shut_down = parked = resume = abandoned = 0;
+    int was_armed = armed && !shut_down;
+    running = stopping = leaving = shut_down = parked = resume = abandoned = armed = 0;
     cache_sparse_nudge = NULL;      /* until the child's own eventfd is open */
     segment_dirty_purger(NULL);     /* and its own thread runs */
     /* The files shared with the parent: a wake would reach its thread, and
@@ -824,6 +881,8 @@ void shrinker_after_fork_child(void)
     stats.running = 0;
     if (was)
         shrinker_start();
+    else if (was_armed)
+        shrinker_arm();             /* a deferred start, if any, stays */
 }
 
 void shrinker_set_control(int fd, void (*on_ready)(int fd))

@@ -10,6 +10,10 @@
 /* Start the thread if it is not running (never call from inside malloc;
  * nothing starts while parked or after shrinker_stop). */
 void shrinker_start(void);
+/* Meshing wants the thread: start it at the free path's first nudge, from
+ * the program's next malloc or free, or with the program's second thread
+ * (hooks/shrinker.c, "Lazy start").  At start-up. */
+void shrinker_arm(void);
 /* The program has just started a thread and runs `live` of them: in
  * per-thread mode, past a few per CPU, start the thread, whose passes
  * take idle threads' slabs back (tcache_reclaim).  Not from malloc. */

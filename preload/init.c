@@ -37,6 +37,21 @@ static void fork_child(void)
     control_after_fork_child();
 }
 
+/* Meshing's thread, lazily (hooks/shrinker.c, "Lazy start") where the
+ * entries of preload/override.c are tail jumps - an optimised build - so
+ * that the deferred entries see the program's call site, and the C
+ * library's and our code were found; with the program otherwise. */
+static void mesh_thread_init(void)
+{
+#if defined(__OPTIMIZE__)
+    if (os_runtime_text_init() == 0) {
+        shrinker_arm();
+        return;
+    }
+#endif
+    shrinker_start();
+}
+
 __attribute__((constructor(101))) static void slabdefrag_init(void)
 {
     os_fd_reserve();                    /* while the program has one thread */
@@ -44,8 +59,10 @@ __attribute__((constructor(101))) static void slabdefrag_init(void)
     syscalls_init();
     lifetime_init();
     pthread_atfork(NULL, NULL, fork_child);
-    if (sd_opt.background == SD_BG_ON || sd_opt.rss_limit_mb || sd_opt.control || sd_opt.mesh)
+    if (sd_opt.background == SD_BG_ON || sd_opt.rss_limit_mb || sd_opt.control)
         shrinker_start();
+    else if (sd_opt.mesh)
+        mesh_thread_init();
     control_init();
 }
 

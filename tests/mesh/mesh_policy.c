@@ -20,6 +20,11 @@
  *   hold      while a program's frees go on (the free path's nudges), the
  *             interval's passes do not mesh: none in the last 0.3 s of a
  *             second of frees; once the frees pause, meshes come
+ *   lazy      the thread is not started with the program (hooks/shrinker.c,
+ *             "Lazy start"): not while it only allocates, not by frees
+ *             that the C library makes (fclose of 7 in 8 of 8,192
+ *             fmemopen streams: sparse slabs, nudges), but by the
+ *             program's own next free; then sparse slabs are meshed
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -239,4 +244,66 @@ Test(mesh, hold, .timeout = 120)
             CHECK(hold_blocks[i][0] == (char)i, "block %u changed", i);
             free(hold_blocks[i]);
         }
+}
+
+/* ---- lazy ---- */
+
+/* Whether the shrinker thread runs, read without a malloc or free of the
+ * program's own (either would start a thread that waits to start). */
+static int shrinker_running(void)
+{
+    static char buf[1 << 20];
+    int fd = memfd_create("stats", 0);
+    CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
+    CHECK(sd_stats_print_json(fd) == 0, "sd_stats_print_json");
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    CHECK(n > 0 && (size_t)n < sizeof buf - 1, "reading the statistics back");
+    buf[n] = 0;
+    const char *o = strstr(buf, "\"shrinker\":{");
+    CHECK(o, "no shrinker object in the statistics");
+    return strncmp(strstr(o, "\"running\":") + 10, "true", 4) == 0;
+}
+
+#define NSTREAMS 8192
+static FILE *streams[NSTREAMS];
+
+Test(mesh, lazy, .timeout = 60)
+{
+    /* fmemopen allocates each stream (a FILE, its cookie) in the C
+     * library, and fclose frees them there, never as a tail call (a libc
+     * function that ends by calling free has no frame left, and its
+     * free's return address is the program's). */
+    static char text[] = "lazy";
+    CHECK(!shrinker_running(), "the thread runs before the program freed anything");
+    for (unsigned i = 0; i < NSTREAMS; i++) {
+        streams[i] = fmemopen(text, sizeof text - 1, "r");
+        CHECK(streams[i], "fmemopen: %s", strerror(errno));
+    }
+    CHECK(!shrinker_running(), "the thread runs before any free");
+    unsigned seed = 5, closed = 0;
+    for (unsigned i = 0; i < NSTREAMS; i++) {
+        seed = seed * 1103515245u + 12345u;
+        if ((seed >> 16) % 8) {         /* 7 in 8 */
+            CHECK(fclose(streams[i]) == 0, "fclose");
+            streams[i] = NULL;
+            closed++;
+        }
+    }
+    CHECK(!shrinker_running(), "frees made by the C library (fclose) started the thread");
+    free(malloc(16));                   /* the program's own */
+    CHECK(shrinker_running(), "the program's free after %u fclose calls that left sparse "
+          "slabs did not start the thread", closed);
+    unsigned long m = 0;
+    for (int i = 0; i < 150 && !m; i++) {
+        char *json = stats_json();
+        m = json_num(json_object(json, "mesh"), "meshes");
+        free(json);
+        if (!m)
+            sleep_ms(20);
+    }
+    CHECK(m > 0, "no mesh in 3 s after the thread started");
+    for (unsigned i = 0; i < NSTREAMS; i++)
+        if (streams[i])
+            fclose(streams[i]);
 }
