@@ -25,6 +25,9 @@
  *             that the C library makes (fclose of 7 in 8 of 8,192
  *             fmemopen streams: sparse slabs, nudges), but by the
  *             program's own next free; then sparse slabs are meshed
+ *   decay     (a one-minute interval) in an idle program, what the passes
+ *             left to idle past the decay goes back in a decay pass about
+ *             a decay after the last one, not at the next interval
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -248,9 +251,10 @@ Test(mesh, hold, .timeout = 120)
 
 /* ---- lazy ---- */
 
-/* Whether the shrinker thread runs, read without a malloc or free of the
- * program's own (either would start a thread that waits to start). */
-static int shrinker_running(void)
+/* The JSON statistics in a static buffer: no malloc or free of the
+ * program's own (one would start a thread that waits to start, and they
+ * would make the program look busy to the shrinker). */
+static const char *stats_quiet(void)
 {
     static char buf[1 << 20];
     int fd = memfd_create("stats", 0);
@@ -260,7 +264,12 @@ static int shrinker_running(void)
     close(fd);
     CHECK(n > 0 && (size_t)n < sizeof buf - 1, "reading the statistics back");
     buf[n] = 0;
-    const char *o = strstr(buf, "\"shrinker\":{");
+    return buf;
+}
+
+static int shrinker_running(void)
+{
+    const char *o = json_object(stats_quiet(), "shrinker");
     CHECK(o, "no shrinker object in the statistics");
     return strncmp(strstr(o, "\"running\":") + 10, "true", 4) == 0;
 }
@@ -306,4 +315,38 @@ Test(mesh, lazy, .timeout = 60)
     for (unsigned i = 0; i < NSTREAMS; i++)
         if (streams[i])
             fclose(streams[i]);
+}
+
+/* ---- decay ---- */
+
+/* Run with a one-minute interval (tests/mesh/meson.build): in an idle
+ * program, what the passes left to idle past the decay (empty slabs,
+ * per-CPU caches, the free pages of small classes' sparse slabs) goes
+ * back about a decay after the last pass, in a decay pass - not at the
+ * next interval (hooks/shrinker.c, decay_due). */
+Test(mesh, decay, .timeout = 60)
+{
+    make_sparse(11);                    /* nudges: the thread, then a mesh pass */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned long meshes = 0, decays = 0;
+    double s = 0;
+    /* Nothing from here on but reads of the statistics (which allocate
+     * inside the library: the program is not idle to the shrinker). */
+    while (s < 5 && !decays) {
+        sleep_ms(250);
+        const char *json = stats_quiet();
+        meshes = json_num(json_object(json, "mesh"), "meshes");
+        decays = json_num(json_object(json, "shrinker"), "decay_passes");
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        s = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9;
+    }
+    const char *json = stats_quiet();
+    unsigned long intervals = json_num(json_object(json, "shrinker"), "wake_interval");
+    printf("decay: %lu meshes, a decay pass that gave memory back %.2f s after the frees; "
+           "%lu interval passes\n", meshes, s, intervals);
+    CHECK(meshes > 0, "no mesh in 5 s");
+    CHECK(intervals == 0, "an interval pass came (the interval is a minute)");
+    CHECK(decays > 0, "no decay pass gave memory back within 5 s of the frees (idle since)");
+    free_all();
 }
