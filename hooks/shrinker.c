@@ -939,6 +939,7 @@ void shrinker_get_stats(struct shrinker_stats *st)
 {
     *st = stats;
     st->running = __atomic_load_n(&running, __ATOMIC_ACQUIRE);
+    st->armed = !st->running && __atomic_load_n(&armed, __ATOMIC_RELAXED);
     st->longest_vacate_ns = __atomic_load_n(&vacate_longest_ns, __ATOMIC_RELAXED);
     st->longest_pause_ns = __atomic_load_n(&vacate_longest_pause_ns, __ATOMIC_RELAXED);
 }

@@ -43,8 +43,9 @@ void shrinker_set_control(int fd, void (*on_ready)(int fd));
 
 struct shrinker_stats {
     int      running;
+    int      armed;             /* not running; meshing's first nudge starts it */
     uint64_t passes;            /* background passes */
-    uint64_t decay_passes;      /* interval decay passes that released memory */
+    uint64_t decay_passes;      /* decay passes that released memory */
     uint64_t mesh_catchups;     /* meshing's catch-up passes of an idle
                                    program (mesh only) */
     uint64_t wake_interval, wake_pressure, wake_explicit, wake_rss;

@@ -197,7 +197,8 @@ static void text_totals(struct out *o, const struct totals *t)
     out_fmt(o, "Shrinker: %s, %lu passes, %lu bytes released, longest pass "
             "%lu us, longest vacate %lu us, longest get() pause %lu us, "
             "%lu decay passes, %lu mesh catch-ups\n",
-            st.running ? "running" : "idle",
+            st.running ? "running" : st.armed ? "armed (meshing starts it at the first "
+                                                  "frees that leave slabs sparse)" : "idle",
             (unsigned long)st.passes, (unsigned long)st.bytes_released,
             (unsigned long)(st.longest_pass_ns / 1000),
             (unsigned long)(st.longest_vacate_ns / 1000),
@@ -292,11 +293,12 @@ static void json_totals(struct out *o, const struct totals *t)
             "\"purged_slots\":%zu,\"purge_runs\":%zu,\"reused_slots\":%zu,"
             "\"stale_aliases\":%zu},", ds.bytes, ds.cap, ds.purged_slots, ds.purged_runs,
             ds.reused_slots, segment_stale_aliases());
-    out_fmt(o, "\"shrinker\":{\"running\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
+    out_fmt(o, "\"shrinker\":{\"running\":%s,\"armed\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
             "\"wake_pressure\":%lu,\"wake_explicit\":%lu,\"wake_rss\":%lu,"
             "\"bytes_released\":%lu,\"longest_pass_us\":%lu,\"longest_vacate_us\":%lu,"
             "\"longest_pause_us\":%lu,\"decay_passes\":%lu,\"mesh_catchups\":%lu}",
-            st.running ? "true" : "false", (unsigned long)st.passes,
+            st.running ? "true" : "false", st.armed ? "true" : "false",
+            (unsigned long)st.passes,
             (unsigned long)st.wake_interval, (unsigned long)st.wake_pressure,
             (unsigned long)st.wake_explicit, (unsigned long)st.wake_rss,
             (unsigned long)st.bytes_released,

@@ -267,11 +267,21 @@ static const char *stats_quiet(void)
     return buf;
 }
 
-static int shrinker_running(void)
+/* Member `key` (true or false) of the statistics' shrinker object. */
+static int shrinker_flag(const char *key)
 {
     const char *o = json_object(stats_quiet(), "shrinker");
     CHECK(o, "no shrinker object in the statistics");
-    return strncmp(strstr(o, "\"running\":") + 10, "true", 4) == 0;
+    char k[40];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *v = strstr(o, k);
+    CHECK(v, "no %s in the shrinker statistics", key);
+    return strncmp(v + strlen(k), "true", 4) == 0;
+}
+
+static int shrinker_running(void)
+{
+    return shrinker_flag("running");
 }
 
 #define NSTREAMS 8192
@@ -285,6 +295,7 @@ Test(mesh, lazy, .timeout = 60)
      * free's return address is the program's). */
     static char text[] = "lazy";
     CHECK(!shrinker_running(), "the thread runs before the program freed anything");
+    CHECK(shrinker_flag("armed"), "the statistics do not say the thread is armed");
     for (unsigned i = 0; i < NSTREAMS; i++) {
         streams[i] = fmemopen(text, sizeof text - 1, "r");
         CHECK(streams[i], "fmemopen: %s", strerror(errno));
@@ -303,6 +314,7 @@ Test(mesh, lazy, .timeout = 60)
     free(malloc(16));                   /* the program's own */
     CHECK(shrinker_running(), "the program's free after %u fclose calls that left sparse "
           "slabs did not start the thread", closed);
+    CHECK(!shrinker_flag("armed"), "armed still, with the thread running");
     unsigned long m = 0;
     for (int i = 0; i < 150 && !m; i++) {
         char *json = stats_json();
