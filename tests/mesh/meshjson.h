@@ -1,7 +1,7 @@
 /*
  * tests/mesh/meshjson.h - reading the JSON statistics in the mesh tests
- * (mesh_test.c, mesh_policy.c, mesh_pattern.c).  The includer defines CHECK(c, fmt, ...)
- * first.
+ * (mesh_test.c, mesh_syscall.c, mesh_policy.c, mesh_pattern.c).  The
+ * includer defines CHECK(c, fmt, ...) first.
  */
 #ifndef SD_TESTS_MESHJSON_H
 #define SD_TESTS_MESHJSON_H
