@@ -512,10 +512,8 @@ void *shrinker_main(void *arg)
     /* What the passes left empty or dirty goes back once it has idled
      * for the decay: a decay pass then (every dirty slot punched if the
      * program is idle), and again a decay later while one gives something
-     * back - not at the next
-     * interval (a burst of frees came to its steady state up to an
-     * interval later, as the interval's phase fell: bench/burst 1.15-2.01
-     * s). */
+     * back - not at the next interval (bench/burst's steady state came
+     * 1.89-2.01 s after its frees, as the interval's phase fell). */
     const uint64_t decay_wait = ((uint64_t)sd_opt.decay_ms + DECAY_SLACK_MS) * 1000000ull;
     uint64_t decay_due = 0;         /* ns: a decay pass then; 0: none */
     segment_dirty_purger(dirty_wake);
@@ -687,7 +685,8 @@ static void sparse_nudge(void)
  * SLABDEFRAG_BACKGROUND=1 starts it with the program instead: for a
  * program that forbids new threads later (a seccomp sandbox), or a build
  * whose entries are not tail jumps (preload/init.c). */
-static int armed;                            /* a nudge will start it (under `lock`) */
+static int armed;                            /* a nudge will start it (written under
+                                                `lock`, read without it too) */
 
 static void lazy_start(void)
 {
@@ -705,7 +704,7 @@ void shrinker_arm(void)
 {
     sd_mutex_lock(&lock);
     if (!running && !shut_down) {
-        armed = 1;
+        __atomic_store_n(&armed, 1, __ATOMIC_RELAXED);  /* read unlocked: note_threads */
         __atomic_store_n(&cache_sparse_nudge, armed_nudge, __ATOMIC_RELEASE);
     }
     sd_mutex_unlock(&lock);
@@ -771,7 +770,7 @@ static void start_locked(void)
         stats.running = 1;
         __atomic_store_n(&cache_sparse_nudge, sparse_nudge, __ATOMIC_RELEASE);
         if (armed) {
-            armed = 0;
+            __atomic_store_n(&armed, 0, __ATOMIC_RELAXED);
             sdm_entry_defer(NULL);  /* the plain entries back, if a nudge came */
         }
     }
