@@ -212,8 +212,8 @@ void sdm_entry_fork(int phase)
  * kept: the call may start a thread). */
 static __attribute__((noinline)) void entry_run_deferred(const void *from)
 {
-    if (os_in_runtime_text(from) || !__atomic_load_n(&entry_deferred, __ATOMIC_ACQUIRE))
-        return;
+    if (!__atomic_load_n(&entry_deferred, __ATOMIC_ACQUIRE) || os_in_runtime_text(from))
+        return;                     /* the load first: the range walk only while one waits */
     sd_mutex_lock(&entry_lock);
     void (*fn)(void) = entry_deferred;
     entry_deferred = NULL;
