@@ -694,8 +694,9 @@ uint32_t cache_slab_unpurge_locked(struct sd_cache *c, struct slab *s)
 
 /* A slab of c turned sparse.  With meshing, a burst of them (a program
  * freed much of its heap) wakes the shrinker for a mesh pass at once
- * instead of at its next interval: one eventfd write per
- * MESH_NUDGE_SPARSE sparse slabs, whoever frees. */
+ * instead of at its next interval: a nudge per MESH_NUDGE_SPARSE sparse
+ * slabs, whoever frees (hooks/shrinker.c: an eventfd write, or a clock
+ * read while its thread watches, or its lazy start). */
 #define MESH_NUDGE_SPARSE 64
 void (*cache_sparse_nudge)(void);
 

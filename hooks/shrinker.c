@@ -23,13 +23,15 @@
  * candidates than it had time for, a catch-up comes MESH_AGAIN_MS after
  * it: a longer mesh pass alone in an idle program, after a rest as long
  * as the last one took, a full pass in one that allocates, after a rest
- * of four times its duration (mesh_catchup).  With meshing, the free path also nudges the thread
- * (an eventfd write per 64 slabs that frees left sparse: classes/cache.c)
- * and once the nudges pause for NUDGE_QUIET_MS, a pass meshes at once,
- * classes that grew included: a burst of frees is meshed within about two
- * seconds, and an idle program gets no pass but the interval's.  Until
- * they pause (for at most MESH_HOLD_MAX_MS), the interval's passes and
- * the catch-ups do not mesh.  A decay (plus DECAY_SLACK_MS) after a pass
+ * of four times its duration (mesh_catchup).  With meshing, the free
+ * path also nudges the thread (per 64 slabs that frees left sparse:
+ * classes/cache.c; an eventfd write unless the thread already watches the
+ * nudges, sparse_nudge) and once the nudges pause for NUDGE_QUIET_MS, a
+ * pass meshes at once, classes that grew included: a burst of frees is
+ * meshed within about two seconds, and an idle program gets no pass but
+ * the interval's.  Until they pause (for at most MESH_HOLD_MAX_MS), the
+ * interval's passes and the catch-ups do not mesh.  A decay (plus
+ * DECAY_SLACK_MS) after a pass
  * that gave memory back or left slots dirty comes a decay pass
  * (decay_pass: empties and extents past the decay, idle CPUs' caches;
  * every dirty slot if the program is idle), and another a decay later
@@ -109,6 +111,10 @@ static int resume;                           /* start it when unparked */
 static int abandoned;                        /* a park stopped waiting for it */
 static sigset_t park_mask;                   /* the signal mask of the thread that parked */
 static int wake_fd = -1;
+/* The free path's nudges while the thread watches them (sparse_nudge). */
+static uint64_t nudge_last;                 /* ns of the latest nudge */
+static int nudge_watch;                     /* the thread reads nudge_last
+                                               on its own: no write */
 /* The pressure files the thread polls, opened once per process and never
  * closed: closing a PSI trigger waits for an RCU grace period (8-12 ms
  * measured), and a thread that closed them on its way out would keep a
@@ -488,6 +494,26 @@ static void decay_after(uint64_t *due, uint64_t at, size_t released)
         *due = at;
 }
 
+/* The later of `nudged` and the latest watched nudge. */
+static uint64_t nudge_latest(uint64_t nudged)
+{
+    uint64_t l = __atomic_load_n(&nudge_last, __ATOMIC_SEQ_CST);
+    return l > nudged ? l : nudged;
+}
+
+/* Stop watching the nudges, the frees having paused since *nudged; 1
+ * (and watching again, *nudged moved) if one came meanwhile after all. */
+static int nudge_unwatch(uint64_t *nudged)
+{
+    __atomic_store_n(&nudge_watch, 0, __ATOMIC_SEQ_CST);
+    uint64_t l = nudge_latest(*nudged);
+    if (l == *nudged)
+        return 0;
+    *nudged = l;
+    __atomic_store_n(&nudge_watch, 1, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
 void *shrinker_main(void *arg)
 {
     struct pollfd fds[4];
@@ -516,8 +542,11 @@ void *shrinker_main(void *arg)
      * 1.89-2.01 s after its frees, as the interval's phase fell). */
     const uint64_t decay_wait = ((uint64_t)sd_opt.decay_ms + DECAY_SLACK_MS) * 1000000ull;
     uint64_t decay_due = 0;         /* ns: a decay pass then; 0: none */
+    __atomic_store_n(&nudge_watch, 0, __ATOMIC_SEQ_CST);   /* a new thread: wake it */
     segment_dirty_purger(dirty_wake);
     for (;;) {
+        if (nudged)                     /* the nudges it watched, not woken by */
+            nudged = nudge_latest(nudged);
         int n = 0;
         fds[n++] = (struct pollfd){ .fd = wake_fd, .events = POLLIN };
         int ipsi = -1, icg = -1, ictl = -1;
@@ -563,6 +592,7 @@ void *shrinker_main(void *arg)
                 do_pass = 2;      /* urgent */
             } else if (v >= WAKE_NUDGE) {
                 nudged = os_now_ns();   /* frees made slabs sparse: see below */
+                __atomic_store_n(&nudge_watch, 1, __ATOMIC_SEQ_CST);
             }
         }
         if (r > 0 && ipsi >= 0 && fds[ipsi].revents & (POLLPRI | POLLERR)) {
@@ -579,6 +609,8 @@ void *shrinker_main(void *arg)
         if (r > 0 && ictl >= 0 && fds[ictl].revents & POLLIN && control_ready)
             control_ready(cfd);
         now = os_now_ns();
+        if (nudged)
+            nudged = nudge_latest(nudged);
         if (nudged && !held_from)       /* a nudge in this poll */
             held_from = now;
         held = nudged && now - held_from < hold_max;
@@ -617,7 +649,8 @@ void *shrinker_main(void *arg)
          * a mesh pass now, of the classes that grew too (not a second
          * later, after the interval; not while the frees go on, or the
          * slabs meshed would empty and unmesh). */
-        if (nudged && !do_pass && now - nudged >= NUDGE_QUIET_MS * 1000000ull) {
+        if (nudged && !do_pass && now - nudged >= NUDGE_QUIET_MS * 1000000ull &&
+            !nudge_unwatch(&nudged)) {
             nudged = 0;
             held_from = 0;
             size_t b = pass(0, 1, 1);
@@ -654,11 +687,23 @@ void *shrinker_main(void *arg)
 /* Starting, stopping, parking                                       */
 
 /* The free path's nudge (classes/cache.h): called with a slab lock held,
- * so nothing but the eventfd write.  Counted in the eventfd's high half,
- * so the thread tells it from an explicit wake. */
+ * so nothing but a clock read and, unless the thread watches, the
+ * eventfd write.  Counted in the eventfd's high half, so the thread tells
+ * it from an explicit wake.
+ *
+ * Once a nudge woke it, the thread waits for the frees to pause
+ * (NUDGE_QUIET_MS) and wakes by then anyway, so later nudges only move
+ * the time it looks at (nudge_last), without a write: a write each woke
+ * the thread on another CPU for nothing - with page slabs, 689 of them
+ * in kvstore's deletes, each an interrupt for the freeing thread too.
+ * The thread stops watching (nudge_watch 0) before it decides the frees
+ * paused, then reads nudge_last again: a nudge either sees it no longer
+ * watches and writes, or is seen (both sequentially consistent). */
 static void sparse_nudge(void)
 {
-    wake_add(WAKE_NUDGE);
+    __atomic_store_n(&nudge_last, os_now_ns(), __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&nudge_watch, __ATOMIC_SEQ_CST))
+        wake_add(WAKE_NUDGE);
 }
 
 /* Lazy start.  With meshing as the only reason for the thread, it is not
