@@ -698,14 +698,15 @@ uint32_t cache_slab_unpurge_locked(struct sd_cache *c, struct slab *s)
  * slabs, whoever frees (hooks/shrinker.c: an eventfd write, or a clock
  * read while its thread watches, or its lazy start). */
 #define MESH_NUDGE_SPARSE 64
-void (*cache_sparse_nudge)(void);
+void (*cache_sparse_nudge)(unsigned long sparse, unsigned long slabs);
 
 static void cache_note_sparse(struct sd_cache *c)
 {
     unsigned long n = __atomic_add_fetch(&c->stat[SD_STAT_SLAB_SPARSE], 1, __ATOMIC_RELAXED);
-    void (*nudge)(void) = __atomic_load_n(&cache_sparse_nudge, __ATOMIC_ACQUIRE);
+    void (*nudge)(unsigned long, unsigned long) =
+        __atomic_load_n(&cache_sparse_nudge, __ATOMIC_ACQUIRE);
     if (nudge && n % MESH_NUDGE_SPARSE == 0 && c->is_malloc && mesh_enabled())
-        nudge();
+        nudge(n, __atomic_load_n(&c->nr_slabs, __ATOMIC_RELAXED));
 }
 
 /* The free path's list moves, called with the slab locked after `freed`

@@ -114,11 +114,12 @@ void cache_partial_del_locked(struct sd_cache *c, struct slab *s);
 /* Take a slab off partial (or the retained empties) with its lock held;
  * NULL if none could be locked. */
 struct slab *cache_partial_take(struct sd_cache *c);
-/* Called (no allocator lock held... but see cache.c) when frees have
- * made MESH_NUDGE_SPARSE slabs of a meshing class sparse since the last
- * mesh pass: hooks/shrinker.c sets it to wake its thread for meshing.
- * Called with a slab lock held: it must only write to an eventfd. */
-extern SD_HIDDEN void (*cache_sparse_nudge)(void);
+/* Called each time frees have made another MESH_NUDGE_SPARSE slabs of a
+ * meshing class sparse, with the class's count of slabs made sparse so far
+ * and of its slabs now: hooks/shrinker.c sets it to wake (or start) its
+ * thread for meshing.  Called with a slab lock held: it must only write
+ * to an eventfd (or defer, sdm_entry_defer). */
+extern SD_HIDDEN void (*cache_sparse_nudge)(unsigned long sparse, unsigned long slabs);
 /* A slab whose freelist ran dry takes its purged pages' objects back
  * (slab locked).  Returns the objects added to the freelist. */
 uint32_t cache_slab_unpurge_locked(struct sd_cache *c, struct slab *s);
