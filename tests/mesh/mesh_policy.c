@@ -25,6 +25,11 @@
  *             that the C library makes (fclose of 7 in 8 of 8,192
  *             fmemopen streams: sparse slabs, nudges), but by the
  *             program's own next free; then sparse slabs are meshed
+ *   compute   once the frees pause, a program that computes without
+ *             allocating is not meshed (hooks/shrinker.c,
+ *             MESH_COMPUTE_HOLD_MS): none while it spins for 0.6 s, meshes
+ *             once it sleeps; and one that computes on is meshed after
+ *             the hold's second
  *   decay     (a one-minute interval) in an idle program, what the passes
  *             left to idle past the decay goes back in a decay pass about
  *             a decay after the last one, not at the next interval
@@ -327,6 +332,91 @@ Test(mesh, lazy, .timeout = 60)
     for (unsigned i = 0; i < NSTREAMS; i++)
         if (streams[i])
             fclose(streams[i]);
+}
+
+/* ---- compute: no meshing while the program computes ---- */
+
+/* 64 MiB of blocks, 85% of them freed at once in a random order. */
+static void fill_and_free(unsigned seed)
+{
+    for (unsigned i = 0; i < HOLD_N; i++) {
+        hold_blocks[i] = malloc(OBJ);
+        CHECK(hold_blocks[i], "malloc");
+        hold_blocks[i][0] = (char)i;
+    }
+    for (unsigned k = 0; k < HOLD_N / 100 * 85; k++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned i = (seed >> 8) % HOLD_N;
+        while (!hold_blocks[i])
+            i = (i + 1) % HOLD_N;
+        free(hold_blocks[i]);
+        hold_blocks[i] = NULL;
+    }
+}
+
+static double clock_s(clockid_t id)
+{
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Read the surviving blocks over and over for `s` seconds, calling
+ * nothing that allocates; returns the share of a CPU this thread got. */
+static double compute(double s)
+{
+    double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w;
+    volatile unsigned sum = 0;
+    do {
+        for (unsigned i = 0; i < HOLD_N; i++)
+            if (hold_blocks[i])
+                sum += (unsigned char)hold_blocks[i][0];
+        w = clock_s(CLOCK_MONOTONIC);
+    } while (w - w0 < s);
+    return (clock_s(CLOCK_THREAD_CPUTIME_ID) - c0) / (w - w0);
+}
+
+static unsigned long meshes_now(void)
+{
+    return json_num(json_object(stats_quiet(), "mesh"), "meshes");
+}
+
+static void free_survivors(void)
+{
+    for (unsigned i = 0; i < HOLD_N; i++)
+        if (hold_blocks[i]) {
+            CHECK(hold_blocks[i][0] == (char)i, "block %u changed", i);
+            free(hold_blocks[i]);
+            hold_blocks[i] = NULL;
+        }
+}
+
+Test(mesh, compute, .timeout = 120)
+{
+    fill_and_free(7);
+    unsigned long m0 = meshes_now();
+    double share = compute(0.6);
+    unsigned long m1 = meshes_now(), m = m1;
+    for (int i = 0; i < 150 && m == m1; i++) {
+        sleep_ms(20);
+        m = meshes_now();
+    }
+    printf("compute: %lu meshes while the program computed for 0.6 s (%.0f%% of a CPU), "
+           "%lu once it slept\n", m1 - m0, share * 100, m - m1);
+    if (share >= 0.6)                   /* less: too loaded a machine to tell */
+        CHECK(m1 == m0, "%lu meshes while the program computed", m1 - m0);
+    CHECK(m > m1, "no mesh within 3 s of the program's sleep");
+    free_survivors();
+
+    /* Computing on: meshed once the hold's second is over. */
+    fill_and_free(11);
+    m0 = meshes_now();
+    share = compute(2.5);
+    m1 = meshes_now();
+    printf("compute: %lu meshes while the program computed for 2.5 s (%.0f%% of a CPU)\n",
+           m1 - m0, share * 100);
+    CHECK(m1 > m0, "no mesh while the program computed for 2.5 s");
+    free_survivors();
 }
 
 /* ---- decay ---- */
