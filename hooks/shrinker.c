@@ -32,12 +32,13 @@
  * the interval's.  Until they pause (for at most MESH_HOLD_MAX_MS), the
  * interval's passes and the catch-ups do not mesh; nor, for at most
  * MESH_COMPUTE_HOLD_MS more, while the program computes without
- * allocating (compute_hold).  A decay (plus DECAY_SLACK_MS) after a pass
- * that gave memory back or left slots dirty comes a decay pass
- * (decay_pass: empties and extents past the decay, idle CPUs' caches;
- * every dirty slot if the program is idle), and another a decay later
- * while one gives something back: bench/burst's steady state came at
- * 1.89-2.01 s after its frees, with the interval's phase; now 1.16 s.
+ * allocating (compute_hold, hooks/meshpace.c).  A decay (plus
+ * DECAY_SLACK_MS) after a pass that gave memory back or left slots dirty
+ * comes a decay pass (decay_pass: empties and extents past the decay,
+ * idle CPUs' caches; every dirty slot if the program is idle), and
+ * another a decay later while one gives something back: bench/burst's
+ * steady state came at 1.89-2.01 s after its frees, with the interval's
+ * phase; now 1.16 s.
  * A pass walks the caches round-robin and stops when its time budget
  * (SLABDEFRAG_PASS_BUDGET_MS) is spent; the next pass resumes there.
  *
@@ -89,6 +90,7 @@
 #include "fmt.h"
 #include "large.h"
 #include "mesh.h"
+#include "meshpace.h"
 #include "options.h"
 #include "os.h"
 #include "pcpu.h"
@@ -112,10 +114,6 @@ static int resume;                           /* start it when unparked */
 static int abandoned;                        /* a park stopped waiting for it */
 static sigset_t park_mask;                   /* the signal mask of the thread that parked */
 static int wake_fd = -1;
-/* The free path's nudges while the thread watches them (sparse_nudge). */
-static uint64_t nudge_last;                 /* ns of the latest nudge */
-static int nudge_watch;                     /* the thread reads nudge_last
-                                               on its own: no write */
 /* The pressure files the thread polls, opened once per process and never
  * closed: closing a PSI trigger waits for an RCU grace period (8-12 ms
  * measured), and a thread that closed them on its way out would keep a
@@ -175,19 +173,7 @@ static int mesh_more;                        /* last mesh pass was cut short */
  * made (README, issue 16).  A program whose frees never pause is meshed
  * as before once this has passed. */
 #define MESH_HOLD_MAX_MS 5000
-/* Once they pause, the mesh pass still waits while the program computes
- * without allocating - its other threads ran for more than a quarter of a
- * CPU over the last COMPUTE_LOOK_MS, with no refill and no free to a slab
- * (program_sig) - for at most MESH_COMPUTE_HOLD_MS: each mesh costs the
- * running threads two or three TLB shootdowns (on this project's guests,
- * an interrupt taken through the hypervisor), while a heap that nothing
- * allocates from or frees to does not change.  kvstore's lookups after
- * its deletes (0.28 s) took 1.086x their time with meshing off while
- * 785 meshes ran beside them (1,958 shootdowns), 1.019x with no mesh made
- * (41 rounds interleaved).  An idle program (bench/burst, a server
- * between requests) is meshed at once as before. */
-#define MESH_COMPUTE_HOLD_MS 1000
-#define COMPUTE_LOOK_MS 50
+/* Then, while the program computes: hooks/meshpace.c, compute_hold. */
 /* Released slots of meshing's arena wait dirty, and released mesh
  * aliases stale (core/segment.c), this long after the thread first sees
  * them (the first one wakes it) before it punches or maps them back, off
@@ -398,23 +384,6 @@ static int leave(int anyway)
     return out;
 }
 
-/* The malloc classes' refills and frees to slabs, summed: what the
- * program's allocation traffic moves.  The shrinker's own passes move it
- * too (their vectors, drains and purges), so the idle test compares with
- * a snapshot taken after the thread's last pass, not before it: compared
- * call to call, every full catch-up made the next one look busy, and
- * burst's idle hold got full passes resting 4x their length instead of
- * mesh passes back to back (RSS settled 6.9 s after the frees instead of
- * 1.2 s). */
-static unsigned long program_sig(void)
-{
-    unsigned long sig = 0;
-    for (unsigned i = 0; i < SD_NCLASSES; i++)
-        sig += cache_stat_read(&sd_malloc_caches[i], SD_STAT_ALLOC_REFILL) +
-               cache_stat_read(&sd_malloc_caches[i], SD_STAT_FREE_REMOTE);
-    return sig;
-}
-
 static unsigned long sig_after_pass;    /* program_sig() after the last pass */
 
 /* Has the program made no refill and no free to a slab since the
@@ -508,89 +477,6 @@ static void decay_after(uint64_t *due, uint64_t at, size_t released)
         *due = at;
 }
 
-/* What the program's threads did between two looks (compute_hold). */
-struct compute_look {
-    uint64_t at;                /* ns of the last look; 0: none since the
-                                   last nudge */
-    uint64_t others;            /* CPU ns of the process's other threads */
-    unsigned long sig;          /* program_sig() */
-    uint64_t since;             /* ns the hold began; 0: not holding */
-};
-
-static uint64_t timespec_ns(const struct timespec *t)
-{
-    return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
-}
-
-/* Look at what the program's threads do: 1 if, since the last look, they
- * ran for more than a quarter of a CPU and made no refill and no free to
- * a slab. */
-static int compute_look(struct compute_look *l, uint64_t now)
-{
-    struct timespec p, t;
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p) || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t))
-        return 0;
-    uint64_t others = timespec_ns(&p) - timespec_ns(&t);
-    unsigned long sig = program_sig();
-    /* (the process clock sums its threads' clocks: never trust it to
-     * have moved as much as ours) */
-    uint64_t ran = others > l->others ? others - l->others : 0;
-    int busy = l->at && sig == l->sig && ran * 4 > now - l->at;
-    l->at = now;
-    l->others = others;
-    l->sig = sig;
-    return busy;
-}
-
-/* The thread's own work since the last look (a pass, a decay pass, a
- * settle) moves the counters program_sig() reads - in per-thread mode an
- * interval pass takes idle threads' cached slabs back - and is not the
- * program's: the next look compares with the counters after it. */
-static void compute_rebase(struct compute_look *l)
-{
-    if (l->at)
-        l->sig = program_sig();
-}
-
-/* Should the quiet pass wait (MESH_COMPUTE_HOLD_MS)?  Decided from a look
- * COMPUTE_LOOK_MS before the frees' quiet time is up (taken then by
- * shrinker_main) and one now. */
-static int compute_hold(struct compute_look *l, uint64_t now)
-{
-    const uint64_t look = COMPUTE_LOOK_MS * 1000000ull;
-    if (!l->at) {                       /* no look yet: this one, decide later */
-        compute_look(l, now);
-        return 1;
-    }
-    if (now - l->at < look)
-        return 1;
-    if (!compute_look(l, now))
-        return 0;
-    if (!l->since)
-        l->since = now;
-    return now - l->since < MESH_COMPUTE_HOLD_MS * 1000000ull;
-}
-
-/* The later of `nudged` and the latest watched nudge. */
-static uint64_t nudge_latest(uint64_t nudged)
-{
-    uint64_t l = __atomic_load_n(&nudge_last, __ATOMIC_SEQ_CST);
-    return l > nudged ? l : nudged;
-}
-
-/* Stop watching the nudges, the frees having paused since *nudged; 1
- * (and watching again, *nudged moved) if one came meanwhile after all. */
-static int nudge_unwatch(uint64_t *nudged)
-{
-    __atomic_store_n(&nudge_watch, 0, __ATOMIC_SEQ_CST);
-    uint64_t l = nudge_latest(*nudged);
-    if (l == *nudged)
-        return 0;
-    *nudged = l;
-    __atomic_store_n(&nudge_watch, 1, __ATOMIC_SEQ_CST);
-    return 1;
-}
-
 void *shrinker_main(void *arg)
 {
     struct pollfd fds[4];
@@ -621,7 +507,7 @@ void *shrinker_main(void *arg)
      * 1.89-2.01 s after its frees, as the interval's phase fell). */
     const uint64_t decay_wait = ((uint64_t)sd_opt.decay_ms + DECAY_SLACK_MS) * 1000000ull;
     uint64_t decay_due = 0;         /* ns: a decay pass then; 0: none */
-    __atomic_store_n(&nudge_watch, 0, __ATOMIC_SEQ_CST);   /* a new thread: wake it */
+    nudge_watch_set(0);             /* a new thread: wake it */
     segment_dirty_purger(dirty_wake);
     for (;;) {
         if (nudged)                     /* the nudges it watched, not woken by */
@@ -676,7 +562,7 @@ void *shrinker_main(void *arg)
                 do_pass = 2;      /* urgent */
             } else if (v >= WAKE_NUDGE) {
                 nudged = os_now_ns();   /* frees made slabs sparse: see below */
-                __atomic_store_n(&nudge_watch, 1, __ATOMIC_SEQ_CST);
+                nudge_watch_set(1);
             }
         }
         if (r > 0 && ipsi >= 0 && fds[ipsi].revents & (POLLPRI | POLLERR)) {
@@ -780,23 +666,13 @@ void *shrinker_main(void *arg)
 /* Starting, stopping, parking                                       */
 
 /* The free path's nudge (classes/cache.h): called with a slab lock held,
- * so nothing but a clock read and, unless the thread watches, the
- * eventfd write.  Counted in the eventfd's high half, so the thread tells
- * it from an explicit wake.
- *
- * Once a nudge woke it, the thread waits for the frees to pause
- * (NUDGE_QUIET_MS) and wakes by then anyway, so later nudges only move
- * the time it looks at (nudge_last), without a write: a write each woke
- * the thread on another CPU for nothing - with page slabs, 689 of them
- * in kvstore's deletes, each an interrupt for the freeing thread too.
- * The thread stops watching (nudge_watch 0) before it decides the frees
- * paused, then reads nudge_last again: a nudge either sees it no longer
- * watches and writes, or is seen (both sequentially consistent). */
+ * so nothing but a clock read and, unless the thread watches the nudges
+ * (hooks/meshpace.c), the eventfd write.  Counted in the eventfd's high
+ * half, so the thread tells it from an explicit wake. */
 static void sparse_nudge(unsigned long sparse, unsigned long slabs)
 {
     (void)sparse, (void)slabs;
-    __atomic_store_n(&nudge_last, os_now_ns(), __ATOMIC_SEQ_CST);
-    if (!__atomic_load_n(&nudge_watch, __ATOMIC_SEQ_CST))
+    if (nudge_note())
         wake_add(WAKE_NUDGE);
 }
 
