@@ -322,7 +322,7 @@ uint64_t os_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return os_timespec_ns(&ts);
 }
 
 size_t os_rss_bytes(void)

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define SD_PAGE_SIZE 4096UL
 
@@ -97,6 +98,11 @@ uint32_t os_gettid(void);
 void os_sleep_us(unsigned us);
 /* Monotonic time in nanoseconds. */
 uint64_t os_now_ns(void);
+/* A clock_gettime() reading in nanoseconds. */
+static inline uint64_t os_timespec_ns(const struct timespec *t)
+{
+    return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
+}
 /* Up to size bytes of the start of a small file (/proc, /sys) into buf;
  * the bytes read or -1.  Does not allocate. */
 ssize_t os_read_file(const char *path, char *buf, size_t size);

@@ -97,17 +97,12 @@ int nudge_unwatch(uint64_t *nudged)
 /* ---------------------------------------------------------------- */
 /* The computing program                                             */
 
-static uint64_t timespec_ns(const struct timespec *t)
-{
-    return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
-}
-
 int compute_look(struct compute_look *l, uint64_t now)
 {
     struct timespec p, t;
     if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p) || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t))
         return 0;
-    uint64_t others = timespec_ns(&p) - timespec_ns(&t);
+    uint64_t others = os_timespec_ns(&p) - os_timespec_ns(&t);
     unsigned long sig = program_sig();
     /* (the process clock sums its threads' clocks: never trust it to
      * have moved as much as ours) */
