@@ -144,12 +144,14 @@ static struct slab *cand[MESH_BATCH];
 static uint64_t used_map[MESH_BATCH][MAP_WORDS];
 static uint32_t used_n[MESH_BATCH];
 
-/* The fork child's new arena file holds every slab's pages at its own
- * offset: point each alias (MESHED) at its host's pages again. */
+/* The fork child's hosts have objects of their own: point each alias
+ * (MESHED) at its host's pages again. */
 static void realias_one(struct slab *s, void *arg)
 {
-    if (s->state == SLAB_MESHED && s->mesh_host)
-        heapfile_alias(s->start, s->mesh_host->start, seg_kind_bytes(s->kind));
+    int err;
+    if (s->state == SLAB_MESHED && s->mesh_host &&
+        (err = heapfile_alias(s->start, s->mesh_host->start, seg_kind_bytes(s->kind))))
+        sd_fatal("fork: cannot re-create a mesh alias in the child (errno %d)", err);
 }
 
 static void realias_all(void)
@@ -163,7 +165,7 @@ void mesh_init(void)
         return;
     int err = heapfile_init();
     if (err) {
-        sd_warn("SLABDEFRAG_MESH=1: cannot set up the mesh arena (errno %d); "
+        sd_warn("SLABDEFRAG_MESH=1: cannot install the mesh barrier's handler (errno %d); "
                 "meshing off", err);
         return;
     }
@@ -327,9 +329,9 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
     /* An anonymous host is filed first (heapfile_file, under its own
      * barrier): a mapping of its own, like an alias. */
     int filing = !segment_slab_filed(b);
-    size_t runs;
-    segment_filed_slots(&runs);
-    uint64_t maps = __atomic_load_n(&stats.maps, __ATOMIC_RELAXED) + 2 * runs;
+    /* Each filed slot is an object of its own: a mapping, and a split of
+     * its segment's. */
+    uint64_t maps = __atomic_load_n(&stats.maps, __ATOMIC_RELAXED) + 2 * segment_filed_slots();
     if (maps + (filing ? 4 : 2) > stats.max_maps) {
         __atomic_fetch_add(&stats.map_limit_hits, 1, __ATOMIC_RELAXED);
         ret = -1;
@@ -353,25 +355,28 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
             size_t off = (size_t)(w * 64 + (unsigned)__builtin_ctzll(m)) * c->size;
             memcpy(b->start + off, a->start + off, c->size);
         }
-    /* An anonymous a's bytes go to its own file pages first: if the remap
-     * fails, a is mapped back onto them (filed) with nothing lost. */
-    int a_anon = !segment_slab_filed(a), remapped = 0;
-    int err = a_anon ? heapfile_copy_out(a->start, bytes) : 0;
-    if (!err && (err = heapfile_alias(a->start, b->start, bytes))) {
-        heapfile_unalias(a->start, bytes);     /* back to its own pages, writable */
-        remapped = 1;
-        if (a_anon)
-            segment_slab_set_filed(a, 1);
+    /* a's private pages go with the remap.  If it fails, a is still its
+     * own (made writable again), or, if the remap unmapped it first, its
+     * live objects are copied back from b into new anonymous memory. */
+    int err = heapfile_alias(a->start, b->start, bytes);
+    if (err && os_mapped(a->start, bytes)) {
+        os_protect(a->start, bytes, 1);
+    } else if (err) {
+        if (heapfile_unalias_anon(a->start, bytes))
+            sd_fatal("meshing: a slab's mapping is gone and cannot be made again "
+                     "(errno %d)", err);
+        for (unsigned w = 0; w < words; w++)
+            for (uint64_t m = ua[w]; m; m &= m - 1) {
+                size_t off = (size_t)(w * 64 + (unsigned)__builtin_ctzll(m)) * c->size;
+                memcpy(a->start + off, b->start + off, c->size);
+            }
     }
     barrier_protect_end();
     stat_max(&stats.longest_pause_ns, os_now_ns() - t0);
     if (err) {                  /* the copies overwrote b's free list */
         relink_free(b, ub, cap);
-        if (remapped)                           /* under the barrier */
-            heapfile_register(a->start, bytes);
         goto out;
     }
-    heapfile_punch(a->start, bytes);           /* a's own file pages, if any */
     segment_slab_set_filed(a, 0);               /* it maps b's now */
 
     /* The host's freelist over the slots free in every member. */
@@ -749,9 +754,8 @@ size_t mesh_restore(uint64_t deadline)
 void mesh_get_stats(struct mesh_stats *st)
 {
     *st = stats;
-    size_t runs;
-    st->filed = segment_filed_slots(&runs);
-    st->maps += 2 * runs;
+    st->filed = segment_filed_slots();
+    st->maps += 2 * st->filed;
     st->enabled = mesh_enabled();
     st->barrier = barrier_name();
     st->fault_waits = barrier_fault_waits();

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "heapfile_internal.h"
+#include "options.h"
 #include "os.h"
 #include "types.h"
 #include "uffd.h"
@@ -68,7 +69,7 @@ void barrier_segv(int sig, siginfo_t *si, void *uc)
 {
     int saved = errno;
     uintptr_t a = (uintptr_t)si->si_addr;
-    if (si->si_code > 0 && heapfile_base && a - heapfile_base < heapfile_used()) {
+    if (si->si_code > 0 && heapfile_contains((void *)a)) {
         if (__atomic_load_n(&forkcopy_active, __ATOMIC_ACQUIRE) && forkcopy_step(a, uc)) {
             errno = saved;
             return;
@@ -139,8 +140,44 @@ static void uffd_failed(const char *what, int err)
                 "barrier from now on", what, err);
 }
 
+/* The userfaultfd barrier's descriptor is opened at the first mesh, so
+ * that a program that never meshes holds none; barrier_init probes at
+ * start-up (open, close) whether it can be had, and says so once. */
+static int uffd_usable;                 /* probed: uffd_open() works here */
+
+static void uffd_warn(int e)
+{
+    if (sd_opt.mesh_barrier == SD_BARRIER_UFFD)
+        sd_warn("SLABDEFRAG_MESH_BARRIER=uffd: userfaultfd is not available "
+                "(errno %d); using mprotect", e);
+}
+
+void barrier_init(void)
+{
+    if (sd_opt.mesh_barrier == SD_BARRIER_MPROTECT)
+        return;
+    int e = uffd_open();
+    if (e) {
+        uffd_warn(e);
+        return;
+    }
+    uffd_close();
+    uffd_usable = 1;
+}
+
+static void uffd_first_open(void)
+{
+    if (!uffd_usable)
+        return;
+    uffd_usable = 0;
+    int e = uffd_open();
+    if (e)
+        uffd_warn(e);
+}
+
 int barrier_protect_begin(void *p, size_t size)
 {
+    uffd_first_open();
     barrier_lo = (uintptr_t)p;
     barrier_hi = (uintptr_t)p + size;
     barrier_mine = 1;
@@ -182,9 +219,9 @@ void barrier_protect_end(void)
 
 const char *barrier_name(void)
 {
-    if (!heapfile_base)
+    if (!heapfile_on)
         return "none";
-    return uffd_ready() ? "uffd" : "mprotect";
+    return uffd_ready() || uffd_usable ? "uffd" : "mprotect";
 }
 
 /* ---------------------------------------------------------------- */
@@ -205,8 +242,7 @@ static int overlaps(uintptr_t a, size_t len, uintptr_t lo, uintptr_t hi)
 /* barrier_wait(), for [a, a+len) or (known 0) any buffer. */
 static int wait_at_barrier(uintptr_t a, size_t len, int known, unsigned gen)
 {
-    if (!heapfile_base || barrier_mine ||
-        (known && (!len || !overlaps(a, len, heapfile_base, heapfile_base + heapfile_used()))))
+    if (!heapfile_on || barrier_mine || (known && !heapfile_overlaps((void *)a, len)))
         return 0;                       /* (a signal handler on the mesher: EFAULT) */
     int saved = errno, retry = 1;
     /* The flags before the generation: a barrier seen lifted has its

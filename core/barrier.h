@@ -8,6 +8,9 @@
 
 #include <stddef.h>
 
+/* Find out whether the userfaultfd barrier can be had (heapfile_init). */
+void barrier_init(void);
+
 /* Write-protect [p, p+size) while its contents are copied; writers wait
  * until barrier_protect_end() (after the range was remapped read-write):
  * in the kernel with the userfaultfd barrier, in the SIGSEGV handler with
@@ -15,7 +18,7 @@
  * between.  One protected range at a time (the caller serialises). */
 int barrier_protect_begin(void *p, size_t size);
 void barrier_protect_end(void);
-/* The barrier a mesh uses now: "uffd", "mprotect" (or "none": no arena). */
+/* The barrier a mesh uses now: "uffd", "mprotect" (or "none": meshing off). */
 const char *barrier_name(void);
 /* Writers that waited in the handler (faults absorbed). */
 unsigned long barrier_fault_waits(void);

@@ -1,8 +1,8 @@
 /*
- * core/forkcopy.c - fork with a meshing arena: the parent's arena is
- * write-protected across the fork, the child copies it into a fresh memfd
- * and re-creates the mesh aliases, and the parent waits for that copy
- * before it writes again (see heapfile.h, "Fork").
+ * core/forkcopy.c - fork with meshing: the parent's shared slots are
+ * write-protected across the fork, the child copies each into an object
+ * of its own and re-creates the mesh aliases, and the parent waits for
+ * that copy before it writes to them again (see heapfile.h, "Fork").
  */
 #define _GNU_SOURCE
 #include "heapfile.h"
@@ -86,7 +86,7 @@ int forkcopy_step(uintptr_t a, void *ucv) { return 0; }
 
 void forkcopy_prepare(void)
 {
-    if (!heapfile_base)
+    if (!heapfile_on)
         return;
     if (pipe2(fork_pipe, O_CLOEXEC))
         fork_pipe[0] = fork_pipe[1] = -1;
@@ -98,14 +98,14 @@ void forkcopy_prepare(void)
     __atomic_store_n(&forkcopy_active, 1, __ATOMIC_RELEASE);
     /* Without our handler a writer would crash: then copy unprotected
      * (the child may see writes the parent's other threads make while it
-     * copies; documented in heapfile.h's caller, classes/mesh.c). */
+     * copies). */
     forkcopy_protected = sigchain_handler_ours() && fork_pipe[0] >= 0 &&
-                     os_protect((void *)heapfile_base, heapfile_used(), 0) == 0;
+                         segment_protect_shared(0) == 0;
 }
 
 void forkcopy_parent(void)
 {
-    if (!heapfile_base)
+    if (!heapfile_on)
         return;
     if (fork_pipe[1] >= 0) {
         close(fork_pipe[1]);
@@ -115,38 +115,28 @@ void forkcopy_parent(void)
         close(fork_pipe[0]);
     }
     fork_pipe[0] = fork_pipe[1] = -1;
-    if (forkcopy_protected) {
-        os_protect((void *)heapfile_base, heapfile_used(), 1);
-        segment_guard_all(1);           /* the fork handler holds the kind locks */
-    }
+    segment_protect_shared(1);          /* (all of it, if a part failed) */
     __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
     barrier_mine = 0;
 }
 
 /* Runs once in the child: from the atfork handler, or from the SIGSEGV
- * handler if the child wrote to the heap first.  Single-threaded. */
+ * handler if the child wrote to a shared slot first.  Single-threaded. */
 void forkcopy_child_copy(void)
 {
     if (child_done)
         return;
     child_done = 1;
-    int fd;
-    size_t used = heapfile_used();
-    if (os_memfd(HEAPFILE_SIZE, &fd) ||
-        os_copy_file_data(heapfile_fd, fd, used) ||
-        os_protect((void *)heapfile_base, used, 1) ||  /* read-only since the prepare */
-        segment_child_map_file(fd))
-        sd_fatal("fork: cannot copy the mesh arena for the child (errno %d)", errno);
-    int old = heapfile_fd;
-    heapfile_fd = fd;
+    int err = segment_child_refile();
+    if (err)
+        sd_fatal("fork: cannot give the child its own copy of the meshed "
+                 "slabs (errno %d)", err);
     if (child_realias)
         child_realias();
-    segment_guard_all(1);
     uffd_fork_child();                  /* the inherited one is the parent's */
     if (uffd_ready())
-        uffd_register((void *)heapfile_base, used);   /* the new mappings */
-    close(old);
+        segment_register_all();         /* the new mappings */
     if (fork_pipe[1] >= 0) {
         char c = 1;
         if (write(fork_pipe[1], &c, 1) < 0) { /* the parent sees EOF */ }
@@ -160,6 +150,6 @@ void forkcopy_child_copy(void)
 
 void forkcopy_child(void)
 {
-    if (heapfile_base)
+    if (heapfile_on)
         forkcopy_child_copy();
 }

@@ -1,15 +1,16 @@
 /*
- * core/heapfile.c - the heap file: the one memfd every segment is carved
- * from when meshing is on, and the mappings of its ranges (a segment, a
- * mesh alias, a hole punch).  See heapfile.h.  Only core/os.c maps; this
- * file decides what goes where.  The write barrier, the program's signal
- * calls and the fork copy are barrier.c, sigchain.c and forkcopy.c.
+ * core/heapfile.c - remappable slab memory for meshing: the shared
+ * anonymous objects that mesh hosts live in, and the mappings of their
+ * pages (a host, an alias, a removal).  See heapfile.h.  Only core/os.c
+ * maps; this file decides what goes where.  The write barrier, the
+ * program's signal calls and the fork copy are barrier.c, sigchain.c and
+ * forkcopy.c.
  */
 #define _GNU_SOURCE
 #include "heapfile.h"
 
 #include <errno.h>
-#include <unistd.h>
+#include <string.h>
 
 #include "heapfile_internal.h"
 #include "options.h"
@@ -18,68 +19,45 @@
 #include "types.h"
 #include "uffd.h"
 
-uintptr_t heapfile_base;
-int heapfile_fd = -1;
-static size_t heapfile_next;               /* bytes handed out (atomic) */
-
-size_t heapfile_used(void)
-{
-    size_t n = __atomic_load_n(&heapfile_next, __ATOMIC_ACQUIRE);
-    return n < HEAPFILE_SIZE ? n : HEAPFILE_SIZE;
-}
+int heapfile_on;
 
 int heapfile_init(void)
 {
     static int done;
     if (done)
-        return heapfile_base ? 0 : EINVAL;
+        return heapfile_on ? 0 : EINVAL;
     done = 1;
-    void *base;
-    int fd, err = os_reserve_aligned(HEAPFILE_SIZE, SD_SEGMENT_SIZE, &base);
+    int err = sigchain_install();
     if (err)
         return err;
-    if ((err = os_memfd(HEAPFILE_SIZE, &fd))) {
-        os_unmap(base, HEAPFILE_SIZE);
-        return err;
-    }
-    if ((err = sigchain_install())) {
-        close(fd);
-        os_unmap(base, HEAPFILE_SIZE);
-        return err;
-    }
-    heapfile_fd = fd;
-    /* The barrier of a mesh: userfaultfd where permitted (auto, uffd). */
-    if (sd_opt.mesh_barrier != SD_BARRIER_MPROTECT) {
-        int e = uffd_open();
-        if (e && sd_opt.mesh_barrier == SD_BARRIER_UFFD)
-            sd_warn("SLABDEFRAG_MESH_BARRIER=uffd: userfaultfd is not available "
-                    "(errno %d); using mprotect", e);
-    }
+    barrier_init();
     __atomic_store_n(&sigchain_handler_on, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&heapfile_base, (uintptr_t)base, __ATOMIC_RELEASE);
+    __atomic_store_n(&heapfile_on, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
-int heapfile_segment_map(void **out, int anon)
+int heapfile_overlaps(const void *p, size_t len)
 {
-    if (!heapfile_base)
-        return ENOMEM;
-    size_t off = __atomic_fetch_add(&heapfile_next, SD_SEGMENT_SIZE, __ATOMIC_ACQ_REL);
-    if (off + SD_SEGMENT_SIZE > HEAPFILE_SIZE)
-        return ENOMEM;
-    void *p = (void *)(heapfile_base + off);
-    int err = anon ? os_map_anon_fixed(p, SD_SEGMENT_SIZE)
-                   : os_map_shared_fixed(p, SD_SEGMENT_SIZE, heapfile_fd, off, 0);
-    if (err)
-        return err;                     /* the hole stays unused */
-    if (uffd_ready())
-        uffd_register(p, SD_SEGMENT_SIZE);      /* for the uffd barrier */
-    *out = p;
+    if (!heapfile_on || !len)
+        return 0;
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t end = len > UINTPTR_MAX - a ? UINTPTR_MAX : a + len - 1;
+    if (a >> SD_VA_BITS)
+        return 0;
+    if (end >> SD_VA_BITS)
+        end = (1UL << SD_VA_BITS) - 1;
+    /* A buffer spanning more segments than this is not a real buffer of
+     * the program's; call it ours, which only costs a wait. */
+    if ((end >> SD_SEGMENT_SHIFT) - (a >> SD_SEGMENT_SHIFT) > 4096)
+        return 1;
+    for (uintptr_t i = a >> SD_SEGMENT_SHIFT; i <= end >> SD_SEGMENT_SHIFT; i++)
+        if (__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1)
+            return 1;
     return 0;
 }
 
-/* In the arena and mapped onto its own file pages (not an anonymous
- * segment's unfiled slot, core/segment.c). */
+/* A slot that maps its own shared object (a filed slot): not an alias of
+ * another, not private anonymous memory. */
 static int file_backed(const void *p)
 {
     return heapfile_contains(p) && segment_addr_filed(p);
@@ -88,7 +66,7 @@ static int file_backed(const void *p)
 void heapfile_purge(void *p, size_t size)
 {
     if (file_backed(p))
-        os_punch_hole(heapfile_fd, (uintptr_t)p - heapfile_base, size);
+        os_remove(p, size);
     else
         os_purge(p, size);
 }
@@ -99,7 +77,7 @@ void heapfile_purge_batch(const struct os_range *r, unsigned n)
     unsigned na = 0;
     for (unsigned i = 0; i < n; i++) {
         if (file_backed(r[i].p)) {
-            os_punch_hole(heapfile_fd, (uintptr_t)r[i].p - heapfile_base, r[i].size);
+            os_remove(r[i].p, r[i].size);
             continue;
         }
         anon[na++] = r[i];
@@ -120,22 +98,12 @@ static void note_remap(void *dst)
 }
 
 /* Not populated: the program faults an alias's pages in as it touches
- * them.  Filled at once, each of the host's pages would count twice in
- * RSS (a page table entry each; PSS is right either way): burst's final
- * RSS with meshing went from 89 to 146 MiB. */
+ * them; filled at once, each of the host's pages would count twice in
+ * RSS (a page table entry each). */
 int heapfile_alias(void *dst, const void *src, size_t size)
 {
     note_remap(dst);
-    return os_map_shared_fixed(dst, size, heapfile_fd, (uintptr_t)src - heapfile_base, 0);
-}
-
-int heapfile_unalias(void *dst, size_t size)
-{
-    note_remap(dst);
-    int err = os_map_shared_fixed(dst, size, heapfile_fd, (uintptr_t)dst - heapfile_base, 0);
-    if (!err && uffd_ready() && !(barrier_mine && barrier_uffd))
-        uffd_register(dst, size);       /* merges with its registered neighbours */
-    return err;
+    return os_alias_fixed(src, size, dst);
 }
 
 int heapfile_unalias_anon(void *dst, size_t size)
@@ -147,27 +115,35 @@ int heapfile_unalias_anon(void *dst, size_t size)
     return err;
 }
 
-int heapfile_copy_out(const void *p, size_t size)
+/* A new shared object holding the bytes of [p, p+size), moved over p.
+ * Populated: every page is written by the copy anyway.  If the move
+ * fails after it unmapped p, the bytes go back into anonymous memory at
+ * p; only if that fails too are they lost, and the process stops. */
+static int refile(void *p, size_t size)
 {
-    return os_pwrite_all(heapfile_fd, p, size, (uintptr_t)p - heapfile_base);
+    void *t;
+    int err = os_map_shared_anon(size, 1, &t);
+    if (err)
+        return err;
+    memcpy(t, p, size);
+    note_remap(p);
+    if (!(err = os_move_fixed(t, size, p)))
+        return 0;
+    if (os_mapped(p, size)) {
+        os_unmap(t, size);
+        return err;                     /* p untouched: still its own */
+    }
+    if (os_map_anon_fixed(p, size))
+        sd_fatal("meshing: a slab's mapping is gone and cannot be made again "
+                 "(errno %d)", err);
+    memcpy(p, t, size);
+    os_unmap(t, size);
+    return err;
 }
 
 int heapfile_file(void *p, size_t size)
 {
-    size_t off = (uintptr_t)p - heapfile_base;
-    int err = heapfile_copy_out(p, size);
-    if (err)
-        return err;                     /* still anonymous, untouched */
-    note_remap(p);
-    /* Populated (every page was just written: no hole): the program's
-     * next touch of the host does not fault, one fault of about 11 us each
-     * on this project's virtual machines (python's churn: 2,000-3,000
-     * fewer minor faults of 98,000). */
-    if (os_map_shared_fixed(p, size, heapfile_fd, off, 1) &&
-        (err = os_map_shared_fixed(p, size, heapfile_fd, off, 1)))
-        sd_fatal("meshing: cannot map a slab onto the arena file (errno %d): "
-                 "its objects are in the file only", err);
-    return 0;
+    return refile(p, size);
 }
 
 void heapfile_register(void *p, size_t size)
@@ -178,27 +154,20 @@ void heapfile_register(void *p, size_t size)
 
 int heapfile_unfile(void *p, size_t size)
 {
-    size_t off = (uintptr_t)p - heapfile_base;
+    /* Its pages are freed first: a stale alias of a former host (core/
+     * segment.c) or the rest of a fork child's run may still map the
+     * object, which would keep them. */
+    os_remove(p, size);
+    note_remap(p);
     int err = os_map_anon_fixed(p, size);
-    if (err) {                          /* it may be unmapped now: filed again */
-        os_map_shared_fixed(p, size, heapfile_fd, off, 0);
-        os_punch_hole(heapfile_fd, off, size);
-        return err;
-    }
-    os_punch_hole(heapfile_fd, off, size);  /* no mapping left: no TLB flush */
+    if (err)
+        return err;                     /* still filed, its pages freed */
     if (uffd_ready())
         uffd_register(p, size);
     return 0;
 }
 
-void heapfile_punch(void *p, size_t size)
+int heapfile_child_refile(void *p, size_t size)
 {
-    os_punch_hole(heapfile_fd, (uintptr_t)p - heapfile_base, size);
-}
-
-int heapfile_mapped(const void *p, size_t len)
-{
-    uintptr_t a = (uintptr_t)p;
-    return heapfile_base && a >= heapfile_base && len <= heapfile_used() &&
-           a - heapfile_base <= heapfile_used() - len;
+    return refile(p, size);
 }

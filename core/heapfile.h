@@ -1,30 +1,30 @@
 /*
- * core/heapfile.h - remappable slab memory for meshing (issue 6): the heap
- * file, one memfd every segment is carved from (core/heapfile.c; "the
- * arena" in older text, not to be confused with jemalloc's and glibc's
- * arenas, which are per-thread heaps like core/extent.c's), its write
+ * core/heapfile.h - remappable slab memory for meshing: the shared
+ * anonymous objects mesh hosts live in (core/heapfile.c), its write
  * barrier (core/barrier.h), the program's signal calls around the
  * barrier's handler (core/sigchain.h) and the fork copy (core/forkcopy.h).
  * This header tells the design of all four.
  *
- * With SLABDEFRAG_MESH=1 every segment is carved out of one memfd mapped
- * MAP_SHARED: the segment at address base + off is file offset off, so a
- * slab's physical pages can be shared by two virtual ranges (a mesh) and
- * released with a hole punch.  The page slabs' segments are the
- * exception: private anonymous memory at their place in the arena, where
- * only the slots that host a mesh are mapped onto the file
- * (core/segment.c, "Anonymous segments").  Without the option nothing
- * here is used and segments are private anonymous memory as before.
+ * With SLABDEFRAG_MESH=1 segments are private anonymous memory as without
+ * it, taken from the address space as they are needed (a program that
+ * limits its address space after start-up keeps what it allowed), and
+ * only a slot that hosts a mesh maps shared memory: a shared anonymous
+ * object of its own ("filed": its bytes copied into a new object, moved
+ * over the slot; heapfile_file).  A mesh maps the host's pages a second
+ * time at the source's address (mremap with an old size of 0), so the
+ * source's private pages are freed by the remap itself, and a host's
+ * object dies with its last mapping.  No file descriptor is involved:
+ * nothing the program does to its descriptors can reach the heap.
  *
- * The arena also owns the write barrier meshing and fork need: while a
- * slab's objects are copied (a mesh) or the heap is copied for a fork
- * child, writes to it must wait.  A mesh's barrier is one of two
- * (SLABDEFRAG_MESH_BARRIER, the statistics name the one in use):
+ * The write barrier: while a slab's objects are copied (a mesh) or the
+ * shared slots are copied for a fork child, writes to them must wait.  A
+ * mesh's barrier is one of two (SLABDEFRAG_MESH_BARRIER, the statistics
+ * name the one in use):
  *  - uffd (the default where the process may use userfaultfd for kernel
- *    faults, core/uffd.h): the slab is write-protected through a
- *    userfaultfd; every writer, in user mode or inside a system call,
- *    sleeps in the kernel until the slab is remapped and woken.  No call
- *    fails because of a mesh.
+ *    faults, core/uffd.h; its descriptor opened at the first mesh): the
+ *    slab is write-protected through a userfaultfd; every writer, in user
+ *    mode or inside a system call, sleeps in the kernel until the slab is
+ *    remapped and woken.  No call fails because of a mesh.
  *  - mprotect (elsewhere, or when forced): the slab is made read-only, and
  *    a SIGSEGV handler parks a faulting user-mode writer until the range
  *    is writable again; the write then retries.  The kernel does not wait:
@@ -35,17 +35,22 @@
  * program that replaces it behind libc's back is detected
  * (sigchain_handler_ours) and meshing stops.
  *
- * Fork (a shared mapping would otherwise share the heap with the child):
- * prepare makes the arena read-only; the child copies the arena's data
- * into a fresh memfd, maps it over the same addresses (the file-backed
- * ones: anonymous segments are the child's own copy already), re-creates
- * the mesh aliases and tells the parent through a pipe; the parent then makes its
- * arena writable again.  Parent threads that write meanwhile wait in the
- * handler.  Cost: a fork copies the live heap (no copy-on-write sharing).
+ * Fork (a shared mapping would otherwise share those slots with the
+ * child): prepare makes the shared slots read-only (filed slots, aliases,
+ * stale aliases: nothing else, so a program's own protections, locks and
+ * madvise flags on its blocks are never touched); the child copies each
+ * into a new object of its own, re-creates the mesh aliases on them and
+ * tells the parent through a pipe; the parent then makes them writable
+ * again.  Parent threads that write to them meanwhile wait in the
+ * handler.  The private slots are the child's copy-on-write as with any
+ * allocator.  Every way to fork goes through this: fork, and _Fork,
+ * syscall(SYS_fork) and clone without CLONE_VM through the preload
+ * layer's wrappers (preload/forks.c); vfork and posix_spawn share the
+ * address space with a child that only execs.
  *
  * The fork barrier is mprotect under either mesh barrier: the child must
  * inherit the protection (a write it makes before its atfork handler runs
- * must fault, not reach the parent's file), and a userfaultfd's
+ * must fault, not reach the parent's pages), and a userfaultfd's
  * registration is not inherited without UFFD_FEATURE_EVENT_FORK, whose
  * event the forking thread would have to wait for a reader to take.
  *
@@ -80,59 +85,46 @@
 
 #include "fmt.h"
 #include "os.h"
+#include "segment.h"
 
-#define HEAPFILE_SIZE (64UL << 30)         /* address space and file size */
+extern SD_HIDDEN int heapfile_on;          /* 0 when meshing is off */
 
-extern SD_HIDDEN uintptr_t heapfile_base;  /* 0 when meshing is off */
-
-/* Create the arena and install the SIGSEGV handler (once; called from
- * cache_init when SLABDEFRAG_MESH=1, before any segment exists).
- * 0 or errno (then segments stay anonymous and nothing meshes). */
+/* Install the SIGSEGV handler the barriers need (once; called from
+ * mesh_init when SLABDEFRAG_MESH=1).  0 or errno (then nothing meshes). */
 int heapfile_init(void);
+/* Is p in one of our segments, with meshing on? */
 static inline int heapfile_contains(const void *p)
 {
-    return heapfile_base && (uintptr_t)p - heapfile_base < HEAPFILE_SIZE;
+    return heapfile_on && segment_of(p) != NULL;
 }
-/* A new 4 MiB segment from the arena into *out; ENOMEM when the arena is
- * exhausted (the caller maps anonymous memory instead).  Called under a
- * segment kind lock. */
-int heapfile_segment_map(void **out, int anon);
-/* Release the memory of [p, p+size): a hole punch where it maps its own
- * pages of the arena file (it must not be an alias), madvise elsewhere
- * (outside the arena, or an anonymous segment's unfiled slot). */
+/* Does [p, p+len) meet one of our segments, with meshing on? */
+int heapfile_overlaps(const void *p, size_t len);
+/* Release the memory of [p, p+size): the pages of its shared object where
+ * the slot is filed (it must not be an alias), madvise elsewhere. */
 void heapfile_purge(void *p, size_t size);
 /* heapfile_purge of n ranges: the anonymous ones with one TLB flush for
- * all (os_purge_batch), the arena's one punch each (a shared file page
- * written to is flushed range by range in any case). */
+ * all (os_purge_batch), the shared ones one removal each. */
 void heapfile_purge_batch(const struct os_range *r, unsigned n);
-/* Point the virtual range [dst, dst+size) at the pages of src's range
- * (a mesh alias); heapfile_unalias points it back at its own file offset. */
+/* Point the virtual range [dst, dst+size) at the pages of src's range, a
+ * filed slot (a mesh alias).  0 or errno; on a failure dst may be
+ * unmapped (the caller checks with os_mapped). */
 int heapfile_alias(void *dst, const void *src, size_t size);
-int heapfile_unalias(void *dst, size_t size);
-/* Anonymous segments (anon: heapfile_segment_map maps private anonymous
- * memory at the segment's place in the arena; core/segment.c, "Anonymous
- * segments"): heapfile_unalias_anon points an alias back at anonymous
- * zero memory; heapfile_file makes an anonymous range file-backed with the
- * same bytes (copied into its own offset, then mapped there; the caller
- * holds the range's write barrier), so that it can host a mesh; and
- * heapfile_unfile makes a filed range anonymous and zero again, its file
- * pages freed (errno, and the range still filed, if it cannot).
- * heapfile_punch frees the range's own file pages whatever maps it. */
+/* Point an alias back at private anonymous zero memory. */
 int heapfile_unalias_anon(void *dst, size_t size);
+/* Make an anonymous range a filed one with the same bytes (the caller
+ * holds the range's write barrier), so that it can host a mesh.  0 or
+ * errno (then it is still anonymous with its bytes). */
 int heapfile_file(void *p, size_t size);
-/* Copy the bytes of [p, p+size) into its own offset of the file, the
- * mapping left as it is.  0 or errno. */
-int heapfile_copy_out(const void *p, size_t size);
 /* Register a range remapped under a barrier (heapfile_file) with the
  * userfaultfd barrier, once that barrier has ended, so that a barrier
- * can write-protect it later (a filed slot may hold a mesh source one
- * day). */
+ * can write-protect it later. */
 void heapfile_register(void *p, size_t size);
+/* Make a filed range anonymous and zero again; errno, and the range still
+ * filed with its pages freed, if it cannot. */
 int heapfile_unfile(void *p, size_t size);
-void heapfile_punch(void *p, size_t size);
-/* Is [p, p+len) inside the arena's mapped part (so user space may read it,
- * and a write there waits at the barrier instead of failing)? */
-int heapfile_mapped(const void *p, size_t len);
+/* A fork child: give the shared range [p, p+size) an object of the
+ * child's own with the same bytes.  0 or errno. */
+int heapfile_child_refile(void *p, size_t size);
 
 #include "barrier.h"
 #include "forkcopy.h"

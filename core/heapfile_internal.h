@@ -17,10 +17,6 @@
 /* glibc's sigaction, below the exported one the preload layer wraps. */
 extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
-/* heapfile.c */
-extern SD_HIDDEN int heapfile_fd;                  /* the memfd, -1 without */
-size_t heapfile_used(void);                        /* bytes of it handed out */
-
 /* barrier.c: a mesh's protected range and the generations (barrier.c
  * says how they move); the handler and the waits. */
 extern SD_HIDDEN uintptr_t barrier_lo, barrier_hi;

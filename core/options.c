@@ -24,7 +24,6 @@ struct sd_options sd_opt = {
     .pass_budget_ms = 5,
     .psi = 1,
     .mesh_page_slabs = 16,
-    .mesh_anon = 1,
     .mesh_shuffle = 1,
     .percpu = 1,
     .percpu_kb = 2048,
@@ -70,7 +69,6 @@ static const struct option {
     { "MESH",              OPT_BOOL,  &sd_opt.mesh,               0, 1 },
     { "MESH_MAX_MAPS",     OPT_UINT,  &sd_opt.mesh_max_maps,      0, 1u << 30 },
     { "MESH_PAGE_SLABS",   OPT_UINT,  &sd_opt.mesh_page_slabs,    0, 1u << 20 },
-    { "MESH_ANON",         OPT_BOOL,  &sd_opt.mesh_anon,          0, 1 },
     { "MESH_SHUFFLE",      OPT_UINT,  &sd_opt.mesh_shuffle,       0, 3 }, /* MESH_ORDER_* */
     { "MESH_BARRIER",      OPT_BARRIER, &sd_opt.mesh_barrier,     0, 2 }, /* auto|uffd|mprotect */
     /* heap profiler (hooks/prof.c): 0/off, 1/on, or the mean interval in

@@ -40,9 +40,6 @@ struct sd_options {
                                       of vm.max_map_count */
     uint32_t mesh_page_slabs;      /* meshing: a 32..2048 B class holding this
                                       many slabs gets 4/8 KiB ones (0: never) */
-    uint32_t mesh_anon;            /* meshing: page slabs in anonymous
-                                      memory until they host a mesh
-                                      (core/segment.c, "Anonymous segments") */
     uint32_t mesh_shuffle;         /* meshing: new slabs hand out objects
                                       in address order (0), from a random
                                       one on once a class shows a pattern

@@ -182,36 +182,38 @@ void os_fd_reserve(void)
     }
 }
 
-int os_memfd(size_t size, int *fd)
+int os_map_shared_anon(size_t size, int populate, void **out)
 {
-    int f = os_fd_high(memfd_create("slabdefrag-arena", MFD_CLOEXEC));
-    if (f < 0)
-        return errno;
-    if (ftruncate(f, (off_t)size)) {
-        int e = errno;
-        close(f);
-        return e;
-    }
-    *fd = f;
-    return 0;
-}
-
-int os_reserve_aligned(size_t size, size_t align, void **out)
-{
-    size_t span = size + align;
-    void *p = mmap(NULL, span, PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
     if (p == MAP_FAILED)
-        return ENOMEM;
-    *out = trim_aligned(p, span, size, align);
+        return errno;
+    *out = p;
     return 0;
 }
 
-int os_map_shared_fixed(void *p, size_t size, int fd, size_t off, int populate)
+int os_move_fixed(void *from, size_t size, void *to)
 {
-    void *r = mmap(p, size, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_FIXED | (populate ? MAP_POPULATE : 0), fd, (off_t)off);
+    void *r = mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to);
     return r == MAP_FAILED ? errno : 0;
+}
+
+int os_alias_fixed(const void *src, size_t size, void *dst)
+{
+    /* An old size of 0 on a shared mapping maps its pages a second time
+     * and leaves the first mapping as it is (mremap(2)). */
+    void *r = mremap((void *)src, 0, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+    return r == MAP_FAILED ? errno : 0;
+}
+
+int os_remove(void *p, size_t size)
+{
+    return madvise(p, size, MADV_REMOVE) ? errno : 0;
+}
+
+int os_mapped(void *p, size_t size)
+{
+    return madvise(p, size, MADV_NORMAL) == 0 || errno != ENOMEM;
 }
 
 int os_map_anon_fixed(void *p, size_t size)
@@ -221,60 +223,10 @@ int os_map_anon_fixed(void *p, size_t size)
     return r == MAP_FAILED ? errno : 0;
 }
 
-int os_pwrite_all(int fd, const void *buf, size_t size, size_t off)
-{
-    const char *p = buf;
-    while (size) {
-        ssize_t n = pwrite(fd, p, size, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? errno : EIO;
-        p += n;
-        off += (size_t)n;
-        size -= (size_t)n;
-    }
-    return 0;
-}
-
-int os_punch_hole(int fd, size_t off, size_t size)
-{
-    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
-                     (off_t)size) ? errno : 0;
-}
-
 int os_protect(void *p, size_t size, int writable)
 {
     return mprotect(p, size, writable ? PROT_READ | PROT_WRITE : PROT_READ)
                ? errno : 0;
-}
-
-int os_copy_file_data(int from, int to, size_t size)
-{
-    static char buf[65536];         /* fallback; the caller is single-threaded */
-    off_t pos = 0;
-    while ((size_t)pos < size) {
-        off_t data = lseek(from, pos, SEEK_DATA);
-        if (data < 0 || (size_t)data >= size)
-            break;                  /* ENXIO: no more data */
-        off_t hole = lseek(from, data, SEEK_HOLE);
-        if (hole < 0 || (size_t)hole > size)
-            hole = (off_t)size;
-        while (data < hole) {
-            off_t in = data, out = data;
-            ssize_t n = copy_file_range(from, &in, to, &out, (size_t)(hole - data), 0);
-            if (n <= 0) {
-                size_t want = (size_t)(hole - data) < sizeof buf
-                                  ? (size_t)(hole - data) : sizeof buf;
-                n = pread(from, buf, want, data);
-                if (n <= 0 || pwrite(to, buf, (size_t)n, data) != n)
-                    return n < 0 ? errno : EIO;
-            }
-            data += n;
-        }
-        pos = hole;
-    }
-    return 0;
 }
 
 /* The start of a small /proc file into buf (NUL-ended); "" on error. */

@@ -3,7 +3,6 @@
  *
  * Only core/os.c calls mmap, madvise, munmap or mremap.  Every function
  * states its preconditions; those that can fail return 0 or an errno.
- * A later memfd-backed arena (meshing) slots in behind os_reserve_aligned.
  */
 #ifndef SD_CORE_OS_H
 #define SD_CORE_OS_H
@@ -48,32 +47,31 @@ unsigned os_ncpus(void);
  * result, or -errno. */
 int os_membarrier(int cmd);
 
-/* ---- remappable memory (the meshing arena, core/heapfile.c) ----
- * A memfd of `size` bytes (sparse, nothing allocated), close-on-exec.
- * *fd gets it.  0 or errno. */
-int os_memfd(size_t size, int *fd);
-/* Reserve `size` bytes of address space aligned to `align`, PROT_NONE and
- * MAP_NORESERVE.  0 or ENOMEM. */
-int os_reserve_aligned(size_t size, size_t align, void **out);
-/* Map [p, p+size) read-write, MAP_SHARED|MAP_FIXED, onto file offset off of
- * fd, replacing whatever was there (atomically for other threads: an
- * access sees the old or the new mapping).  p, size, off page aligned.
- * `populate`: fill its page table entries now (MAP_POPULATE) - only over
- * file pages that exist: a hole would get a page. */
-int os_map_shared_fixed(void *p, size_t size, int fd, size_t off, int populate);
+/* ---- remappable memory (meshing, core/heapfile.c) ----
+ * Shared anonymous memory can be mapped at two addresses without a file
+ * descriptor: a new object with os_map_shared_anon, a second view of its
+ * pages with os_alias_fixed.  An object lives while any mapping of it does.
+ *
+ * Map `size` bytes of new shared anonymous memory (a zero object of its
+ * own), read-write; `populate`: fault it all in now.  0 or errno. */
+int os_map_shared_anon(size_t size, int populate, void **out);
+/* Move the whole mapping [from, from+size) to `to`, replacing whatever
+ * was there.  0 or errno; on a failure `to` may have been unmapped. */
+int os_move_fixed(void *from, size_t size, void *to);
+/* Map the pages of the shared mapping at [src, src+size) at `dst` too,
+ * replacing whatever was there; src keeps its mapping.  0 or errno; on a
+ * failure `dst` may have been unmapped. */
+int os_alias_fixed(const void *src, size_t size, void *dst);
+/* Free the pages of the shared object under [p, p+size) (MADV_REMOVE):
+ * every mapping of them reads back zero.  0 or errno. */
+int os_remove(void *p, size_t size);
+/* Is every page of [p, p+size) mapped? */
+int os_mapped(void *p, size_t size);
 /* Map [p, p+size) read-write, private anonymous and zero, MAP_FIXED,
  * replacing whatever was there.  0 or errno. */
 int os_map_anon_fixed(void *p, size_t size);
-/* Write all of [buf, buf+size) to fd at offset off.  0 or errno. */
-int os_pwrite_all(int fd, const void *buf, size_t size, size_t off);
-/* Free the file's memory for [off, off+size) (fallocate PUNCH_HOLE): every
- * mapping of it reads back zero.  0 or errno. */
-int os_punch_hole(int fd, size_t off, size_t size);
 /* Make [p, p+size) read-only (writable 0) or read-write (1).  0 or errno. */
 int os_protect(void *p, size_t size, int writable);
-/* Copy the data (not the holes) of [0, size) of fd `from` to the same
- * offsets of fd `to`.  Does not allocate.  0 or errno. */
-int os_copy_file_data(int from, int to, size_t size);
 /* vm.max_map_count, or 65530 if it cannot be read. */
 size_t os_max_map_count(void);
 

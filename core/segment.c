@@ -149,12 +149,8 @@ static void (*purger)(void);    /* wakes the thread that purges dirty
 static struct segment *segment_new(unsigned kind)
 {
     void *mem;
-    int anon = sd_opt.mesh_anon;
-    if (heapfile_segment_map(&mem, anon)) {        /* meshing: remappable memory */
-        anon = 0;
-        if (os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
-            return NULL;
-    }
+    if (os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
+        return NULL;
     if (os_guard(mem, SEG_GUARD))
         return NULL;                    /* out of mappings: ENOMEM */
     struct segment *seg = segment_at((uintptr_t)mem);
@@ -168,7 +164,7 @@ static struct segment *segment_new(unsigned kind)
     seg->first = (uint16_t)((hdr + (1UL << shift) - 1) >> shift);
     seg->nfree = (uint16_t)(nslots - seg->first);
     seg->hint = seg->first;
-    seg->anon = (uint8_t)(anon && heapfile_contains(mem));
+    seg->anon = (uint8_t)heapfile_on;     /* its slots may be filed */
     for (unsigned i = 0; i < seg->first; i++)
         seg->used[i >> 6] |= 1ULL << (i & 63);
     uintptr_t bit = (uintptr_t)mem >> SD_SEGMENT_SHIFT;
@@ -196,11 +192,11 @@ static inline void bit_clear(uint64_t *m, unsigned i) { m[i >> 6] &= ~(1ULL << (
 
 /* The filed bits change outside the kind lock too (a mesh files its
  * host under the slab locks): under filed_lock (a leaf, never held across
- * a system call), read atomically.  A run of adjacent filed slots is one
- * mapping inside its anonymous segment's (the kernel merges contiguous
- * ranges of the file): filed_runs counts them, for the mapping budget. */
+ * a system call), read atomically.  Each filed slot is a mapping of its
+ * own (its own shared object): filed_slots counts them, for the mapping
+ * budget. */
 static sd_spin filed_lock = SD_SPIN_INIT;
-static size_t filed_slots, filed_runs;
+static size_t filed_slots;
 static inline int filed_get(const struct segment *seg, unsigned i)
 {
     return (int)(__atomic_load_n(&seg->filed[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1);
@@ -210,15 +206,11 @@ static void filed_set(struct segment *seg, unsigned i, int on)
     uint64_t bit = 1ULL << (i & 63);
     sd_spin_lock(&filed_lock);
     if (!(seg->filed[i >> 6] & bit) != !on) {
-        int left = i > seg->first && filed_get(seg, i - 1);
-        int right = i + 1 < seg->nslots && filed_get(seg, i + 1);
-        long d = 1 - left - right;
         if (on)
             __atomic_fetch_or(&seg->filed[i >> 6], bit, __ATOMIC_RELAXED);
         else
             __atomic_fetch_and(&seg->filed[i >> 6], ~bit, __ATOMIC_RELAXED);
         __atomic_store_n(&filed_slots, filed_slots + (on ? 1 : (size_t)-1), __ATOMIC_RELAXED);
-        __atomic_store_n(&filed_runs, filed_runs + (size_t)(on ? d : -d), __ATOMIC_RELAXED);
     }
     sd_spin_unlock(&filed_lock);
 }
@@ -248,10 +240,8 @@ int segment_addr_filed(const void *p)
            filed_get(seg, (unsigned)(((uintptr_t)p & (SD_SEGMENT_SIZE - 1)) >> seg->slot_shift));
 }
 
-size_t segment_filed_slots(size_t *runs)
+size_t segment_filed_slots(void)
 {
-    if (runs)
-        *runs = __atomic_load_n(&filed_runs, __ATOMIC_RELAXED);
     return __atomic_load_n(&filed_slots, __ATOMIC_RELAXED);
 }
 
@@ -367,7 +357,7 @@ struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
 
 static size_t dirty_cap(void)
 {
-    if (!heapfile_base)
+    if (!heapfile_on)
         return DIRTY_ANON_MAX;
     size_t cap = __atomic_load_n(&used_bytes, __ATOMIC_RELAXED) >> DIRTY_SHIFT;
     if (cap < DIRTY_FLOOR)
@@ -415,7 +405,7 @@ size_t segment_slab_free(struct slab *s, int zero)
     sd_mutex_unlock(&k->lock);
     if (dirty > dirty_cap())
         segment_purge_dirty(1, 0);
-    else if (dirty == bytes && heapfile_base)
+    else if (dirty == bytes && heapfile_on)
         purger_wake();
     return bytes;
 }
@@ -499,11 +489,10 @@ size_t segment_restore_aliases(uint64_t deadline)
                 struct run *r = &runs[ok];
                 char *p = (char *)r->seg - SEG_GUARD + ((size_t)r->first << r->seg->slot_shift);
                 size_t b = (size_t)r->n << r->seg->slot_shift;
-                if (r->seg->anon ? heapfile_unalias_anon(p, b) : heapfile_unalias(p, b))
+                if (heapfile_unalias_anon(p, b))
                     break;                      /* out of mappings: later */
-                if (r->seg->anon)               /* (filed by a fork child's remap) */
-                    for (unsigned i = r->first; i < r->first + r->n; i++)
-                        filed_set(r->seg, i, 0);
+                for (unsigned i = r->first; i < r->first + r->n; i++)
+                    filed_set(r->seg, i, 0);    /* (filed by a fork child's copy) */
             }
             sd_mutex_lock(&k->lock);
             for (unsigned j = 0; j < nr; j++) {
@@ -721,49 +710,92 @@ void segment_usage(size_t *mapped, size_t *slots_used)
     if (slots_used) *slots_used = u;
 }
 
-/* Slot i of an anonymous segment may map the parent's file in a fork
- * child: a filed slot, a stale alias, a slot taken by a purge or restore
- * that the child will not finish. */
+/* Slot i of a meshing segment may map memory shared with the parent in a
+ * fork child: a filed slot, a stale alias, a slot taken by a purge or
+ * restore that the child will not finish (mesh aliases, MESHED, are
+ * re-created on their hosts by the meshing layer). */
 static int child_filed(const struct segment *seg, unsigned i)
 {
     return filed_get(seg, i) || bit_get(seg->stale, i) ||
            (bit_get(seg->used, i) && bit_get(seg->dirty, i));
 }
 
-int segment_child_map_file(int fd)
+/* Shared at fork: what child_filed says, and the aliases. */
+static int fork_shared(const struct segment *seg, unsigned i)
 {
-    filed_lock = (sd_spin)SD_SPIN_INIT;     /* a purge may have held it */
+    return child_filed(seg, i) || seg->slabs[i].state == SLAB_MESHED;
+}
+
+/* fn over each run of adjacent slots of the meshing segments for which
+ * want() holds; stops at the first error.  Kind locks held. */
+static int for_each_run(int (*want)(const struct segment *, unsigned),
+                        int (*fn)(void *p, size_t size))
+{
     for (unsigned kind = 0; kind < SEG_NKINDS; kind++) {
         struct seg_kind *k = &kinds[kind];
         for (struct sd_list *l = k->segs.next; l != &k->segs; l = l->next) {
             struct segment *seg = list_entry(l, struct segment, link);
-            char *base = (char *)seg - SEG_GUARD;
-            if (!heapfile_contains(base))
+            if (!seg->anon)
                 continue;
-            size_t off = (uintptr_t)base - heapfile_base;
-            int err;
-            if (!seg->anon) {
-                if ((err = os_map_shared_fixed(base, SD_SEGMENT_SIZE, fd, off, 0)))
-                    return err;
-                continue;
-            }
             for (unsigned i = seg->first; i < seg->nslots;) {
-                if (!child_filed(seg, i)) {
+                if (!want(seg, i)) {
                     i++;
                     continue;
                 }
                 unsigned j = i + 1;
-                while (j < seg->nslots && child_filed(seg, j))
+                while (j < seg->nslots && want(seg, j))
                     j++;
-                if ((err = os_map_shared_fixed(slot_addr(seg, i), (size_t)(j - i) << seg->slot_shift,
-                                               fd, off + ((size_t)i << seg->slot_shift), 0)))
+                int err = fn(slot_addr(seg, i), (size_t)(j - i) << seg->slot_shift);
+                if (err)
                     return err;
-                for (; i < j; i++)
-                    filed_set(seg, i, 1);
+                i = j;
             }
         }
     }
     return 0;
+}
+
+static int protect_ro(void *p, size_t size) { return os_protect(p, size, 0); }
+static int protect_rw(void *p, size_t size) { return os_protect(p, size, 1); }
+
+int segment_protect_shared(int writable)
+{
+    return for_each_run(fork_shared, writable ? protect_rw : protect_ro);
+}
+
+static int refile_run(void *p, size_t size)
+{
+    int err = heapfile_child_refile(p, size);
+    if (!err) {
+        struct segment *seg = segment_at((uintptr_t)p & ~(SD_SEGMENT_SIZE - 1));
+        unsigned i = (unsigned)(((uintptr_t)p & (SD_SEGMENT_SIZE - 1)) >> seg->slot_shift);
+        for (unsigned end = i + (unsigned)(size >> seg->slot_shift); i < end; i++)
+            filed_set(seg, i, 1);
+    }
+    return err;
+}
+
+int segment_child_refile(void)
+{
+    filed_lock = (sd_spin)SD_SPIN_INIT;     /* a purge may have held it */
+    return for_each_run(child_filed, refile_run);
+}
+
+static int register_segment(void *p, size_t size)
+{
+    heapfile_register(p, size);
+    return 0;
+}
+
+static int whole(const struct segment *seg, unsigned i)
+{
+    (void)seg, (void)i;
+    return 1;
+}
+
+void segment_register_all(void)
+{
+    for_each_run(whole, register_segment);
 }
 
 void segment_lock_all(void)

@@ -78,22 +78,27 @@ static inline struct segment *segment_at(uintptr_t base)
     return (struct segment *)(base + SEG_GUARD);
 }
 
-/* Meshing's anonymous segments (segment.c, "Anonymous segments"): 1 if
- * the slab's memory maps its own offset of the arena file (every slab of
- * a file-backed segment), 0 if it is anonymous; set_filed records that a
- * mesh made it file-backed (heapfile_file).  filed_slots: how many such
- * slots exist, and in *runs (if not NULL) how many runs of adjacent ones:
- * a mapping each, for the mapping budget. */
+/* Meshing's segments (segment.c, "Anonymous segments"): 1 if the slab's
+ * memory is a shared object of its own (filed: it can host a mesh), 0 if
+ * it is private anonymous memory; set_filed records that a mesh filed it
+ * (heapfile_file).  segment_filed_slots: how many such slots exist (a
+ * mapping each, for the mapping budget). */
 int segment_slab_filed(const struct slab *s);
 void segment_slab_set_filed(struct slab *s, int on);
-size_t segment_filed_slots(size_t *runs);
-/* segment_slab_filed of the slot holding p (an address in the arena). */
+size_t segment_filed_slots(void);
+/* segment_slab_filed of the slot holding p (an address in a segment). */
 int segment_addr_filed(const void *p);
-/* A fork child (core/forkcopy.c; single-threaded, kind locks held): map
- * the child's arena file fd over every file-backed part of the arena:
- * whole file-backed segments, and the slots of anonymous ones that may
- * map the parent's file (then filed).  0 or errno. */
-int segment_child_map_file(int fd);
+/* Fork (core/forkcopy.c; kind locks held).  segment_protect_shared makes
+ * every slot that may map shared memory (filed slots, mesh aliases, stale
+ * aliases, slots a purge or restore has taken) read-only (0) or writable
+ * again (1), and nothing else.  segment_child_refile, in the child
+ * (single-threaded), gives each of those but the aliases an object of the
+ * child's own with the same bytes (then filed); the meshing layer re-creates
+ * the aliases.  segment_register_all registers every meshing segment with
+ * the userfaultfd barrier.  0 or errno. */
+int segment_protect_shared(int writable);
+int segment_child_refile(void);
+void segment_register_all(void);
 
 /* Put the guard pages of every segment back (after the meshing arena was
  * remapped or unprotected whole at fork); `locked`: the caller holds the

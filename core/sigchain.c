@@ -81,8 +81,7 @@ int sigchain_sigaltstack(const stack_t *ss, stack_t *old)
     if (!ss)
         return 0;
     uintptr_t p = (uintptr_t)ss->ss_sp;
-    int inside = heapfile_base && !(ss->ss_flags & SS_DISABLE) &&
-                 p < heapfile_base + HEAPFILE_SIZE && p + ss->ss_size > heapfile_base;
+    int inside = !(ss->ss_flags & SS_DISABLE) && heapfile_overlaps((void *)p, ss->ss_size);
     void *m = NULL;
     size_t msize = (ss->ss_size + SD_PAGE_SIZE - 1) & ~(SD_PAGE_SIZE - 1);
     stack_t mine = *ss;

@@ -5,12 +5,12 @@
  * them into.
  *
  * While a mesh copies a slab under the mprotect barrier, or a fork child
- * copies the heap (under either barrier), arena pages are read-only.  A
+ * copies the shared slots (under either barrier), those pages are read-only.  A
  * write from user space waits in the SIGSEGV handler; the kernel instead
  * fails the call with EFAULT.  (Under the userfaultfd barrier a mesh makes
  * no call fail: the kernel waits, and the wrappers see nothing of it.)
  * Each wrapper is one
- * predictable branch on heapfile_base when meshing is off, then the next
+ * predictable branch on heapfile_on when meshing is off, then the next
  * definition.  With meshing on it reads the barrier generation, calls, and
  * on EFAULT asks barrier_wait() whether a barrier explains it: if so
  * it has waited, and the call is made again.  Files, pipes and stream
@@ -213,7 +213,7 @@ static __attribute__((noinline)) ssize_t recvfrom_barrier(int fd, void *buf, siz
                                                           int fl, struct sockaddr *addr,
                                                           socklen_t *len)
 {
-    if (!addr || !len || (!heapfile_mapped(addr, 1) && !heapfile_mapped(len, sizeof *len)) ||
+    if (!addr || !len || (!heapfile_overlaps(addr, 1) && !heapfile_overlaps(len, sizeof *len)) ||
         (int)*len < 0)
         return BARRIER_RETRY(NEXT(recvfrom)(fd, buf, n, fl, addr, len),
                              barrier_wait(buf, n, g));
@@ -238,12 +238,12 @@ static __attribute__((noinline)) ssize_t recvmsg_barrier(int fd, struct msghdr *
     struct msghdr m = *msg, t;
     struct sockaddr_storage name;
     union { struct cmsghdr align; char buf[CONTROL_MAX]; } control;
-    if (m.msg_name && (int)m.msg_namelen >= 0 && heapfile_mapped(m.msg_name, 1)) {
+    if (m.msg_name && (int)m.msg_namelen >= 0 && heapfile_overlaps(m.msg_name, 1)) {
         m.msg_name = &name;
         m.msg_namelen = sizeof name;    /* the kernel's cap too */
     }
     if (m.msg_control && m.msg_controllen <= CONTROL_MAX &&
-        heapfile_mapped(m.msg_control, 1))
+        heapfile_overlaps(m.msg_control, 1))
         m.msg_control = control.buf;
     ssize_t r = BARRIER_RETRY((t = m, NEXT(recvmsg)(fd, &t, fl)),
                               barrier_wait_any(g));
@@ -266,35 +266,35 @@ static __attribute__((noinline)) ssize_t recvmsg_barrier(int fd, struct msghdr *
 
 static inline ssize_t sd_read(int fd, void *buf, size_t n)
 {
-    if (likely(!heapfile_base))
+    if (likely(!heapfile_on))
         return NEXT(read)(fd, buf, n);
     return read_barrier(fd, buf, n);
 }
 
 static inline ssize_t sd_pread(int fd, void *buf, size_t n, off64_t off)
 {
-    if (likely(!heapfile_base))
+    if (likely(!heapfile_on))
         return NEXT(pread64)(fd, buf, n, off);
     return pread_barrier(fd, buf, n, off);
 }
 
 static inline ssize_t sd_preadv(int fd, const struct iovec *v, int n, off64_t off)
 {
-    if (likely(!heapfile_base))
+    if (likely(!heapfile_on))
         return NEXT(preadv64)(fd, v, n, off);
     return preadv_barrier(fd, v, n, off);
 }
 
 static inline ssize_t sd_preadv2(int fd, const struct iovec *v, int n, off64_t off, int fl)
 {
-    if (likely(!heapfile_base))
+    if (likely(!heapfile_on))
         return NEXT(preadv64v2)(fd, v, n, off, fl);
     return preadv2_barrier(fd, v, n, off, fl);
 }
 
 static inline ssize_t sd_recv(int fd, void *buf, size_t n, int fl)
 {
-    if (likely(!heapfile_base))
+    if (likely(!heapfile_on))
         return NEXT(recv)(fd, buf, n, fl);
     return recv_barrier(fd, buf, n, fl);
 }
@@ -302,7 +302,7 @@ static inline ssize_t sd_recv(int fd, void *buf, size_t n, int fl)
 static inline ssize_t sd_recvfrom(int fd, void *buf, size_t n, int fl,
                                   struct sockaddr *addr, socklen_t *len)
 {
-    if (likely(!heapfile_base))
+    if (likely(!heapfile_on))
         return NEXT(recvfrom)(fd, buf, n, fl, addr, len);
     return recvfrom_barrier(fd, buf, n, fl, addr, len);
 }
@@ -319,7 +319,7 @@ SD_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off64_t off)
 
 SD_EXPORT ssize_t readv(int fd, const struct iovec *v, int n)
 {
-    if (likely(!heapfile_base))
+    if (likely(!heapfile_on))
         return NEXT(readv)(fd, v, n);
     return readv_barrier(fd, v, n);
 }
@@ -351,7 +351,7 @@ SD_EXPORT ssize_t recvfrom(int fd, void *restrict buf, size_t n, int fl,
 }
 SD_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int fl)
 {
-    if (likely(!heapfile_base))
+    if (likely(!heapfile_on))
         return NEXT(recvmsg)(fd, msg, fl);
     return recvmsg_barrier(fd, msg, fl);
 }

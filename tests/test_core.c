@@ -893,7 +893,7 @@ Test(unit, released_slots_stay_dirty_within_the_bound)
     struct segment_dirty_stats ds;
     void *first = sdm_malloc(1);        /* meshing is decided by now */
     sdm_free(first);
-    if (heapfile_base)
+    if (heapfile_on)
         cr_skip_test("meshing is on (its bound is the arena's)");
     sd_cache *c = sd_cache_create("dirty-bound", 1024, 0, SD_NO_MERGE, NULL, NULL);
     cr_assert_not_null(c);
