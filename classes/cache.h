@@ -95,6 +95,11 @@ static inline void cache_stat_add(struct sd_cache *c, enum sd_stat i,
 void cache_init(void);
 /* Register the allocator's fork handlers (classes/fork.c). */
 void fork_handlers_install(void);
+/* The same handlers, called by the preload layer around the forks that
+ * skip pthread_atfork's (_Fork, syscall(SYS_fork), clone). */
+void fork_raw_prepare(void);
+void fork_raw_parent(void);
+void fork_raw_child(void);
 /* Create a slab for c: formatted, unlocked, on no list.  NULL + ENOMEM. */
 struct slab *cache_slab_new(struct sd_cache *c);
 /* Give a slab that is off every list (state RELEASING) back to the OS;

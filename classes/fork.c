@@ -27,6 +27,7 @@
 #include <pthread.h>
 
 #include "cache.h"
+#include "fdguard.h"
 #include "forkcopy.h"
 #include "large.h"
 #include "pcpu.h"
@@ -112,6 +113,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    fdguard_fork_child();           /* no use or move of another thread's */
     sd_thread_fork_child();         /* a new thread id in the child */
     forkcopy_child();             /* a private copy of the arena */
     sdm_entry_fork(2);
@@ -126,6 +128,10 @@ static void fork_child(void)
     adopt_dead_threads_slabs();
     sample_fork(2);
 }
+
+void fork_raw_prepare(void) { fork_prepare(); }
+void fork_raw_parent(void) { fork_parent(); }
+void fork_raw_child(void) { fork_child(); }
 
 /* Once, without waiting: a thread that finds another one registering goes
  * on (the handlers are about to exist).  No pthread_once: a child forked

@@ -14,6 +14,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "fdguard.h"
 #include "heapfile_internal.h"
 #include "os.h"
 #include "types.h"
@@ -88,8 +89,13 @@ void forkcopy_prepare(void)
 {
     if (!heapfile_on)
         return;
-    if (pipe2(fork_pipe, O_CLOEXEC))
-        fork_pipe[0] = fork_pipe[1] = -1;
+    int p[2];
+    fdguard_open_begin();
+    if (pipe2(p, O_CLOEXEC))
+        p[0] = p[1] = -1;
+    fdguard_adopt(p[0], &fork_pipe[0]);
+    fdguard_adopt(p[1], &fork_pipe[1]);
+    fdguard_open_end();
     forkcopy_pid = getpid();
     forkcopy_tid = os_gettid();
     child_done = 0;
@@ -107,14 +113,13 @@ void forkcopy_parent(void)
 {
     if (!heapfile_on)
         return;
-    if (fork_pipe[1] >= 0) {
-        close(fork_pipe[1]);
-        char c;
-        while (read(fork_pipe[0], &c, 1) < 0 && errno == EINTR)
-            ;                           /* EOF if the fork failed */
-        close(fork_pipe[0]);
-    }
-    fork_pipe[0] = fork_pipe[1] = -1;
+    fdguard_close(&fork_pipe[1]);
+    int fd = fdguard_get(&fork_pipe[0]);
+    char c;
+    while (fd >= 0 && read(fd, &c, 1) < 0 && errno == EINTR)
+        ;                               /* EOF if the fork failed */
+    fdguard_put();
+    fdguard_close(&fork_pipe[0]);
     segment_protect_shared(1);          /* (all of it, if a part failed) */
     __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
@@ -128,6 +133,7 @@ void forkcopy_child_copy(void)
     if (child_done)
         return;
     child_done = 1;
+    fdguard_fork_child();               /* (maybe before the atfork handler) */
     int err = segment_child_refile();
     if (err)
         sd_fatal("fork: cannot give the child its own copy of the meshed "
@@ -137,13 +143,10 @@ void forkcopy_child_copy(void)
     uffd_fork_child();                  /* the inherited one is the parent's */
     if (uffd_ready())
         segment_register_all();         /* the new mappings */
-    if (fork_pipe[1] >= 0) {
-        char c = 1;
-        if (write(fork_pipe[1], &c, 1) < 0) { /* the parent sees EOF */ }
-        close(fork_pipe[1]);
-        close(fork_pipe[0]);
-    }
-    fork_pipe[0] = fork_pipe[1] = -1;
+    char c = 1;
+    if (fork_pipe[1] >= 0 && write(fork_pipe[1], &c, 1) < 0) { /* the parent sees EOF */ }
+    fdguard_close(&fork_pipe[1]);
+    fdguard_close(&fork_pipe[0]);
     __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
     barrier_mine = 0;
 }

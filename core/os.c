@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fdguard.h"
+
 /* The aligned `size` bytes inside mapping [p, p+span): unmap the rest. */
 static void *trim_aligned(void *p, size_t span, size_t size, size_t align)
 {
@@ -81,20 +83,26 @@ int os_populate(void *p, size_t size)
 #endif
 
 /* A pidfd of this process for process_madvise(2), opened once per pid (a
- * fork child opens its own).  Two threads opening it at once leave one fd
- * open, never a closed one in use.  -1 when the kernel has none. */
+ * fork child closes the parent's and opens its own), guarded
+ * (core/fdguard.h).  Returns it with a use begun (end it with
+ * fdguard_put), or -1 when the kernel has none. */
 static int self_pidfd(void)
 {
     static int fd = -1, owner;
     int me = (int)getpid();
-    if (__atomic_load_n(&owner, __ATOMIC_ACQUIRE) == me)
-        return __atomic_load_n(&fd, __ATOMIC_RELAXED);
-    int nfd = (int)syscall(SYS_pidfd_open, me, 0);
-    if (nfd < 0)
-        return -1;
-    __atomic_store_n(&fd, nfd, __ATOMIC_RELAXED);
-    __atomic_store_n(&owner, me, __ATOMIC_RELEASE);
-    return nfd;
+    if (__atomic_load_n(&owner, __ATOMIC_ACQUIRE) != me) {
+        fdguard_open_begin();           /* (one opening at a time) */
+        if (owner != me) {
+            fdguard_close(&fd);         /* the parent's, in a fork child */
+            fdguard_adopt((int)syscall(SYS_pidfd_open, me, 0), &fd);
+            __atomic_store_n(&owner, me, __ATOMIC_RELEASE);
+        }
+        fdguard_open_end();
+    }
+    int r = fdguard_get(&fd);
+    if (r < 0)
+        fdguard_put();
+    return r;
 }
 
 void os_purge_batch(const struct os_range *r, unsigned n)
@@ -112,6 +120,7 @@ void os_purge_batch(const struct os_range *r, unsigned n)
             want += r[i].size;
         }
         long got = syscall(SYS_process_madvise, pfd, iov, (size_t)n, MADV_DONTNEED, 0u);
+        fdguard_put();
         if (got == (long)want)
             return;
         if (got < 0 && (errno == EINVAL || errno == ENOSYS || errno == EPERM))
@@ -154,19 +163,6 @@ int os_membarrier(int cmd)
 {
     long r = syscall(__NR_membarrier, cmd, 0, 0);
     return r < 0 ? -errno : (int)r;
-}
-
-int os_fd_high(int fd)
-{
-    if (fd < 0)
-        return fd;
-    int hi = fcntl(fd, F_DUPFD_CLOEXEC, OS_FD_MIN);
-    if (hi < 0)
-        hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);     /* a low RLIMIT_NOFILE */
-    if (hi < 0)
-        return fd;
-    close(fd);
-    return hi;
 }
 
 void os_fd_reserve(void)

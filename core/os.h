@@ -75,12 +75,10 @@ int os_protect(void *p, size_t size, int writable);
 /* vm.max_map_count, or 65530 if it cannot be read. */
 size_t os_max_map_count(void);
 
-/* The allocator's own descriptors stay out of the program's way: fd is
- * moved to the lowest free number >= OS_FD_MIN (else >= 3) and closed;
- * the new number is returned (fd itself if it cannot move, or if < 0).
- * A program that closes its stdin and opens a file expects fd 0 back. */
+/* The allocator's own descriptors live at OS_FD_MIN or above
+ * (core/fdguard.c): a program that closes its stdin and opens a file
+ * expects fd 0 back. */
 #define OS_FD_MIN 512
-int os_fd_high(int fd);
 /* Grow the process's descriptor table past OS_FD_MIN now, from the library
  * constructor while the program has one thread.  A table shared by
  * several threads grows only after an RCU grace period (the kernel's

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "fdguard.h"
 #include "os.h"
 
 #ifndef USERFAULTFD_IOC_NEW             /* linux/userfaultfd.h before 6.1 */
@@ -22,7 +23,8 @@
 #define UFFD_FEATURE_WP_HUGETLBFS_SHMEM (1 << 12)
 #endif
 
-static int ufd = -1;                    /* O_CLOEXEC | O_NONBLOCK */
+static int ufd = -1;                    /* O_CLOEXEC | O_NONBLOCK; guarded
+                                           (core/fdguard.h) */
 static pid_t ufd_pid;                   /* the process it belongs to */
 
 /* A descriptor that handles kernel faults too (no UFFD_USER_MODE_ONLY):
@@ -31,7 +33,7 @@ static int new_fd(int *fd)
 {
     long r = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
     if (r >= 0) {
-        *fd = os_fd_high((int)r);
+        *fd = (int)r;
         return 0;
     }
     int err = errno;
@@ -40,10 +42,10 @@ static int new_fd(int *fd)
         return err;                     /* EPERM, ENOSYS: the call's reason */
     r = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
     err = errno;
-    close(dev);
+    syscall(SYS_close, dev);
     if (r < 0)
         return err;
-    *fd = os_fd_high((int)r);
+    *fd = (int)r;
     return 0;
 }
 
@@ -63,91 +65,99 @@ static int negotiate(int fd)
 
 int uffd_open(void)
 {
+    fdguard_open_begin();
     int fd = -1, err = new_fd(&fd);
-    if (err)
-        return err;
-    if ((err = negotiate(fd))) {
-        close(fd);
-        return err;
+    if (!err && (err = negotiate(fd)))
+        syscall(SYS_close, fd);
+    if (!err) {
+        ufd_pid = getpid();
+        fdguard_adopt(fd, &ufd);
     }
-    ufd = fd;
-    ufd_pid = getpid();
-    return 0;
+    fdguard_open_end();
+    return err;
 }
 
 int uffd_ready(void)
 {
-    return ufd >= 0;
+    return __atomic_load_n(&ufd, __ATOMIC_RELAXED) >= 0;
 }
 
 void uffd_close(void)
 {
     /* The kernel's release wakes every waiter and clears the protection. */
-    if (ufd >= 0)
-        close(ufd);
-    ufd = -1;
+    fdguard_close(&ufd);
 }
 
 void uffd_fork_child(void)
 {
     /* The descriptor is the parent's (its mm): drop our reference (the
      * parent's stays open) and open our own for the next mesh. */
-    if (ufd >= 0) {
-        close(ufd);
-        ufd = -1;
-        if (uffd_open())
-            ufd = -1;                   /* the arena falls back to mprotect */
+    if (uffd_ready()) {
+        fdguard_close(&ufd);
+        uffd_open();                    /* or the barrier falls back to mprotect */
     }
 }
 
-int uffd_register(void *p, size_t size)
+static int do_register(int fd, void *p, size_t size)
 {
-    if (ufd >= 0 && ufd_pid != getpid())
-        uffd_fork_child();              /* a child made without atfork */
-    if (ufd < 0)
-        return EBADF;
     struct uffdio_register reg = {
         .range = { .start = (uintptr_t)p, .len = size },
         .mode = UFFDIO_REGISTER_MODE_WP,
     };
     /* A range already registered by us is left as it is. */
-    if (ioctl(ufd, UFFDIO_REGISTER, &reg))
+    if (ioctl(fd, UFFDIO_REGISTER, &reg))
         return errno;
     return reg.ioctls & (1ULL << _UFFDIO_WRITEPROTECT) ? 0 : EINVAL;
 }
 
+int uffd_register(void *p, size_t size)
+{
+    if (uffd_ready() && ufd_pid != getpid())
+        uffd_fork_child();              /* a child made without atfork */
+    int fd = fdguard_get(&ufd), err = fd < 0 ? EBADF : do_register(fd, p, size);
+    fdguard_put();
+    return err;
+}
+
 int uffd_protect(void *p, size_t size)
 {
-    if (ufd >= 0 && ufd_pid != getpid())
+    if (uffd_ready() && ufd_pid != getpid())
         uffd_fork_child();              /* a child made without atfork */
-    if (ufd < 0)
+    /* The use lasts until uffd_release: the descriptor cannot move or be
+     * taken by the program while the range is protected through it. */
+    int fd = fdguard_get(&ufd);
+    if (fd < 0) {
+        fdguard_put();
         return EBADF;
+    }
     struct uffdio_writeprotect wp = {
         .range = { .start = (uintptr_t)p, .len = size },
         .mode = UFFDIO_WRITEPROTECT_MODE_WP,
     };
-    /* Usually registered already (uffd_register at the segment's map);
-     * ENOENT: a mapping made since (a restored alias): register it. */
+    /* Usually registered already; ENOENT: a mapping made since (a new
+     * segment, a restored alias): register it. */
     int err = 0;
-    if (ioctl(ufd, UFFDIO_WRITEPROTECT, &wp)) {
+    if (ioctl(fd, UFFDIO_WRITEPROTECT, &wp)) {
         err = errno;
-        if (err == ENOENT && !(err = uffd_register(p, size)) &&
-            ioctl(ufd, UFFDIO_WRITEPROTECT, &wp))
+        if (err == ENOENT && !(err = do_register(fd, p, size)) &&
+            ioctl(fd, UFFDIO_WRITEPROTECT, &wp))
             err = errno;
     }
-    if (err)
+    if (err) {
         uffd_close();                   /* drops any part it protected */
+        fdguard_put();
+    }
     return err;
 }
 
 /* Read the queued fault messages (non-blocking): the writers that have
  * waited.  Reading is not needed to wake them; it only counts. */
-static unsigned long drain(void)
+static unsigned long drain(int fd)
 {
     struct uffd_msg msg[16];
     unsigned long n = 0;
     ssize_t r;
-    while ((r = read(ufd, msg, sizeof msg)) > 0) {
+    while ((r = read(fd, msg, sizeof msg)) > 0) {
         n += (unsigned long)r / sizeof msg[0];
         if ((size_t)r < sizeof msg)
             break;
@@ -158,22 +168,25 @@ static unsigned long drain(void)
 unsigned long uffd_release(void *p, size_t size, int remapped, int *err)
 {
     *err = 0;
-    if (ufd < 0)
-        return 0;
-    unsigned long n = drain();
-    struct uffdio_range range = { .start = (uintptr_t)p, .len = size };
-    int r;
-    if (remapped) {
-        r = ioctl(ufd, UFFDIO_WAKE, &range);
-    } else {
-        struct uffdio_writeprotect wp = { .range = range, .mode = 0 };   /* and wake */
-        r = ioctl(ufd, UFFDIO_WRITEPROTECT, &wp);
+    int fd = __atomic_load_n(&ufd, __ATOMIC_RELAXED);  /* uffd_protect's use */
+    unsigned long n = 0;
+    if (fd >= 0) {
+        n = drain(fd);
+        struct uffdio_range range = { .start = (uintptr_t)p, .len = size };
+        int r;
+        if (remapped) {
+            r = ioctl(fd, UFFDIO_WAKE, &range);
+        } else {
+            struct uffdio_writeprotect wp = { .range = range, .mode = 0 };   /* and wake */
+            r = ioctl(fd, UFFDIO_WRITEPROTECT, &wp);
+        }
+        /* Last resort, so that nobody sleeps on: closing the descriptor
+         * wakes every waiter and drops every protection. */
+        if (r) {
+            *err = errno ? errno : EIO;
+            uffd_close();
+        }
     }
-    if (r == 0)
-        return n;
-    /* Last resort, so that nobody sleeps on: closing the descriptor wakes
-     * every waiter and drops every protection. */
-    *err = errno ? errno : EIO;
-    uffd_close();
+    fdguard_put();                      /* uffd_protect's use ends */
     return n;
 }

@@ -13,7 +13,7 @@
  * (kernel faults must be handled too) needs CAP_SYS_PTRACE or
  * vm.unprivileged_userfaultfd=1; failing that, /dev/userfaultfd
  * (USERFAULTFD_IOC_NEW) if the process may open it.  Write protection of
- * shared memory (the arena is a memfd mapped MAP_SHARED) needs
+ * shared memory (a mesh host is shared anonymous memory) needs
  * UFFD_FEATURE_WP_HUGETLBFS_SHMEM (Linux 5.19).  Anything missing:
  * uffd_open() fails and the arena keeps the mprotect barrier.
  *
@@ -41,9 +41,9 @@
  *    pages - so the child drops it (uffd_fork_child) and opens its own
  *    when it first meshes; uffd_protect() also checks the pid, for
  *    children made without the atfork handlers.
- *  - If the program closes our descriptor (a daemon closing every fd), the
- *    kernel wakes every waiter and drops the protection; the next ioctl
- *    fails and the arena switches to mprotect for good.
+ *  - The program cannot close or take our descriptor (core/fdguard.h): a
+ *    dup2 onto its number moves it, never while a range is protected
+ *    through it.
  */
 #ifndef SD_CORE_UFFD_H
 #define SD_CORE_UFFD_H

@@ -87,6 +87,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "fdguard.h"
 #include "fmt.h"
 #include "large.h"
 #include "mesh.h"
@@ -132,7 +133,7 @@ static size_t cg_high;                       /* our cgroup's memory.high (bytes)
 static int watch_open;                       /* psi_fd and cg_fd were opened (the thread's) */
 static uint64_t watch_from;                  /* monotonic ns: open them from then on; 0: not set */
 #define WATCH_DELAY_MS 1000
-static int control_fd = -1;
+static int *control_slot;       /* the control socket's (core/fdguard.h) */
 static void (*control_ready)(int fd);
 static unsigned cursor;                      /* next cache to shrink */
 static struct shrinker_stats stats;
@@ -198,8 +199,9 @@ static int mesh_more;                        /* last mesh pass was cut short */
  * under a slab lock): only the write, and errno kept, as free() keeps it. */
 static void wake_add(uint64_t v)
 {
-    int fd = __atomic_load_n(&wake_fd, __ATOMIC_RELAXED), saved = errno;
+    int saved = errno, fd = fdguard_get(&wake_fd);
     if (fd >= 0 && write(fd, &v, sizeof v) < 0) { /* it will time out */ }
+    fdguard_put();
     errno = saved;
 }
 
@@ -480,7 +482,6 @@ static void decay_after(uint64_t *due, uint64_t at, size_t released)
 void *shrinker_main(void *arg)
 {
     struct pollfd fds[4];
-    int psi = psi_fd, cg = cg_fd;
     size_t high = cg_high;
     int watch_wait = !watch_open && sd_opt.psi;  /* opens them at watch_from */
     uint64_t nudged = 0;            /* ns of the last nudge not acted on */
@@ -512,12 +513,16 @@ void *shrinker_main(void *arg)
     for (;;) {
         if (nudged)                     /* the nudges it watched, not woken by */
             nudged = nudge_latest(nudged);
-        int n = 0;
-        fds[n++] = (struct pollfd){ .fd = wake_fd, .events = POLLIN };
+        /* (Each time: the program may have made ours move, core/fdguard.h.) */
+        int n = 0, psi = __atomic_load_n(&psi_fd, __ATOMIC_ACQUIRE),
+            cg = __atomic_load_n(&cg_fd, __ATOMIC_ACQUIRE);
+        fds[n++] = (struct pollfd){ .fd = __atomic_load_n(&wake_fd, __ATOMIC_ACQUIRE),
+                                    .events = POLLIN };
         int ipsi = -1, icg = -1, ictl = -1;
         if (psi >= 0) { ipsi = n; fds[n++] = (struct pollfd){ .fd = psi, .events = POLLPRI }; }
         if (cg >= 0)  { icg = n;  fds[n++] = (struct pollfd){ .fd = cg, .events = POLLPRI }; }
-        int cfd = __atomic_load_n(&control_fd, __ATOMIC_ACQUIRE);
+        int *cs = __atomic_load_n(&control_slot, __ATOMIC_ACQUIRE);
+        int cfd = cs ? __atomic_load_n(cs, __ATOMIC_ACQUIRE) : -1;
         if (cfd >= 0) { ictl = n; fds[n++] = (struct pollfd){ .fd = cfd, .events = POLLIN }; }
         /* While meshing has candidates left, come back soon: MESH_AGAIN_MS
          * after the last mesh pass, or the rest a busy program's catch-up
@@ -555,8 +560,10 @@ void *shrinker_main(void *arg)
         int do_pass = 0;
         if (r > 0 && fds[0].revents & POLLIN) {
             uint64_t v;
-            if (read(wake_fd, &v, sizeof v) < 0)
+            int fd = fdguard_get(&wake_fd);
+            if (fd < 0 || read(fd, &v, sizeof v) < 0)
                 v = 0;            /* spurious */
+            fdguard_put();
             if (v & WAKE_EXPLICIT_MASK) {
                 __atomic_fetch_add(&stats.wake_explicit, 1, __ATOMIC_RELAXED);
                 do_pass = 2;      /* urgent */
@@ -571,8 +578,9 @@ void *shrinker_main(void *arg)
         }
         if (r > 0 && icg >= 0 && fds[icg].revents & (POLLPRI | POLLERR)) {
             char b[256];
-            lseek(cg, 0, SEEK_SET);
-            if (read(cg, b, sizeof b) < 0) { /* nothing */ }
+            int fd = fdguard_get(&cg_fd);
+            if (fd >= 0 && pread(fd, b, sizeof b, 0) < 0) { /* nothing */ }
+            fdguard_put();
             __atomic_fetch_add(&stats.wake_pressure, 1, __ATOMIC_RELAXED);
             do_pass = 2;          /* urgent */
         }
@@ -591,8 +599,10 @@ void *shrinker_main(void *arg)
         if (watch_wait && now >= watch_from) {
             /* Only this thread opens them, and one thread runs at a time
              * (a restarted one starts with them open). */
-            psi = psi_fd = os_fd_high(psi_open());
-            cg = cg_fd = os_fd_high(cgroup_events_open(&cg_high));
+            fdguard_open_begin();
+            fdguard_adopt(psi_open(), &psi_fd);
+            fdguard_adopt(cgroup_events_open(&cg_high), &cg_fd);
+            fdguard_open_end();
             high = cg_high;
             watch_open = 1;
             watch_wait = 0;
@@ -736,8 +746,7 @@ void shrinker_arm(void)
 
 static void wake_thread(void)
 {
-    uint64_t one = 1;
-    if (write(wake_fd, &one, sizeof one) < 0) { /* it will time out */ }
+    wake_add(1);
 }
 
 /* Create the thread with every asynchronous signal blocked (see the top
@@ -785,8 +794,11 @@ static void start_locked(void)
         __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
         leaving = abandoned = 0;
     }
-    if (wake_fd < 0)
-        wake_fd = os_fd_high(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (wake_fd < 0) {
+        fdguard_open_begin();
+        fdguard_adopt(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), &wake_fd);
+        fdguard_open_end();
+    }
     if (!watch_from)
         watch_from = os_now_ns() + WATCH_DELAY_MS * 1000000ull;
     if (wake_fd >= 0 && create_thread_locked() == 0) {
@@ -876,7 +888,10 @@ int shrinker_wake(void)
         __atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         return -EAGAIN;
     uint64_t one = 1;
-    return write(wake_fd, &one, sizeof one) == sizeof one ? 0 : -errno;
+    int fd = fdguard_get(&wake_fd);
+    int r = fd >= 0 && write(fd, &one, sizeof one) == sizeof one ? 0 : fd < 0 ? -EBADF : -errno;
+    fdguard_put();
+    return r;
 }
 
 void shrinker_stop(void)
@@ -929,17 +944,13 @@ void shrinker_after_fork_child(void)
     /* The files shared with the parent: a wake would reach its thread, and
      * the two would take each other's pressure events.  Closing our copies
      * leaves the parent's open. */
-    if (wake_fd >= 0)
-        close(wake_fd);
-    if (psi_fd >= 0)
-        close(psi_fd);
-    if (cg_fd >= 0)
-        close(cg_fd);
-    wake_fd = psi_fd = cg_fd = -1;
+    fdguard_close(&wake_fd);
+    fdguard_close(&psi_fd);
+    fdguard_close(&cg_fd);
     cg_high = 0;
     watch_open = 0;
     watch_from = 0;                 /* the child waits its own first second */
-    control_fd = -1;                /* the parent's; the child opens its own */
+    control_slot = NULL;            /* the parent's; the child opens its own */
     control_ready = NULL;
     stats.running = 0;
     if (was)
@@ -948,14 +959,12 @@ void shrinker_after_fork_child(void)
         shrinker_arm();             /* a deferred start, if any, stays */
 }
 
-void shrinker_set_control(int fd, void (*on_ready)(int fd))
+void shrinker_set_control(int *slot, void (*on_ready)(int fd))
 {
     control_ready = on_ready;
-    __atomic_store_n(&control_fd, fd, __ATOMIC_RELEASE);
-    if (fd >= 0 && __atomic_load_n(&running, __ATOMIC_ACQUIRE)) {
-        uint64_t one = 1;           /* re-poll with the new fd */
-        if (write(wake_fd, &one, sizeof one) < 0) { /* ignore */ }
-    }
+    __atomic_store_n(&control_slot, slot, __ATOMIC_RELEASE);
+    if (slot && __atomic_load_n(&running, __ATOMIC_ACQUIRE))
+        wake_add(1);                /* re-poll with the new fd */
 }
 
 void shrinker_get_stats(struct shrinker_stats *st)

@@ -39,7 +39,7 @@ void shrinker_after_fork_child(void);
 
 /* Hook the control socket plugs into the thread's poll loop: fd to watch
  * (or -1) and the handler run when it is readable. */
-void shrinker_set_control(int fd, void (*on_ready)(int fd));
+void shrinker_set_control(int *slot, void (*on_ready)(int fd));
 
 struct shrinker_stats {
     int      running;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "fdguard.h"
 #include "fmt.h"
 #include "options.h"
 #include "os.h"
@@ -302,12 +303,19 @@ static void control_ready(int lfd)
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, NULL);
+    (void)lfd;                          /* read again: it may have moved */
     for (int k = 0; k < 8; k++) {       /* a few per wake-up, then shrink */
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0)
+        static int conn = -1;           /* guarded, core/fdguard.h */
+        fdguard_open_begin();
+        int l = fdguard_get(&listen_fd);
+        fdguard_adopt(l >= 0 ? accept4(l, NULL, NULL, SOCK_CLOEXEC) : -1, &conn);
+        fdguard_put();
+        fdguard_open_end();
+        if (conn < 0)
             break;
-        serve(fd);
-        close(fd);
+        serve(fdguard_get(&conn));
+        fdguard_put();
+        fdguard_close(&conn);
     }
     /* A client that hung up left a SIGPIPE pending on this thread. */
     struct timespec zero = { 0, 0 };
@@ -326,7 +334,10 @@ static void control_open(void)
     size_t n = sd_fmt(a.sun_path + 1, sizeof a.sun_path - 1, SD_CONTROL_NAME_FMT,
                       (int)getpid());
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-    int fd = os_fd_high(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    fdguard_open_begin();
+    int fd = fdguard_adopt(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
+                           &listen_fd);
+    fdguard_open_end();
     if (fd < 0) {
         sd_warn("SLABDEFRAG_CONTROL=1: cannot create the control socket (errno %d)",
                 errno);
@@ -335,12 +346,11 @@ static void control_open(void)
     if (bind(fd, (struct sockaddr *)&a, len) || listen(fd, 8)) {
         sd_warn("SLABDEFRAG_CONTROL=1: cannot listen on @%s (errno %d)",
                 a.sun_path + 1, errno);
-        close(fd);
+        fdguard_close(&listen_fd);
         return;
     }
-    listen_fd = fd;
     shrinker_start();
-    shrinker_set_control(fd, control_ready);
+    shrinker_set_control(&listen_fd, control_ready);
 }
 
 void control_init(void)
@@ -353,19 +363,15 @@ void control_shutdown(void)
 {
     if (listen_fd < 0)
         return;
-    shrinker_set_control(-1, NULL);
-    close(listen_fd);                   /* the name goes with it */
-    listen_fd = -1;
+    shrinker_set_control(NULL, NULL);
+    fdguard_close(&listen_fd);          /* the name goes with it */
 }
 
 void control_after_fork_child(void)
 {
     /* The shrinker forgot the parent's socket (shrinker_after_fork_child);
      * closing our copy leaves the parent's listener untouched. */
-    if (listen_fd >= 0) {
-        close(listen_fd);
-        listen_fd = -1;
-    }
+    fdguard_close(&listen_fd);
     if (sd_opt.control)
         control_open();
 }

@@ -10,7 +10,8 @@
  *
  * Fork: the allocator's locks are handled by classes/fork.c (registered at
  * first use); here the child counts its one thread, restarts the shrinker
- * if one ran and re-opens its control socket.
+ * if one ran and re-opens its control socket.  The forks that skip
+ * pthread_atfork run both (preload/forks.c).
  *
  * The program's threads are counted from the constructor on
  * (preload/lifetime.c), so that the shrinker never outlives the last one.
@@ -20,6 +21,7 @@
 
 #include "cache.h"
 #include "control.h"
+#include "forks.h"
 #include "lifetime.h"
 #include "options.h"
 #include "os.h"
@@ -30,7 +32,7 @@
 #include "stats.h"
 #include "syscalls.h"
 
-static void fork_child(void)
+void preload_fork_child(void)
 {
     lifetime_after_fork_child();
     shrinker_after_fork_child();
@@ -58,7 +60,7 @@ __attribute__((constructor(101))) static void slabdefrag_init(void)
     cache_init();
     syscalls_init();
     lifetime_init();
-    pthread_atfork(NULL, NULL, fork_child);
+    pthread_atfork(NULL, NULL, preload_fork_child);
     if (sd_opt.background == SD_BG_ON || sd_opt.rss_limit_mb || sd_opt.control)
         shrinker_start();
     else if (sd_opt.mesh)
