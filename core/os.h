@@ -17,8 +17,14 @@
 
 /* Map `size` bytes (a multiple of the page size) of zeroed read-write
  * memory aligned to `align` (a power of two >= page size).  *out gets the
- * address.  Returns 0 or ENOMEM. */
+ * address.  Returns 0 or ENOMEM.  It maps `size` bytes, or briefly less
+ * than `size + align`, and under an address-space limit (RLIMIT_AS) with
+ * no room for that, tries aligned addresses one by one: ENOMEM means
+ * `size` bytes do not fit. */
 int os_map_aligned(size_t size, size_t align, void **out);
+/* Map `size` bytes of zeroed read-write memory at exactly p (page
+ * aligned), only if nothing is mapped there.  0, EEXIST or ENOMEM. */
+int os_map_at(void *p, size_t size);
 /* Map `size` bytes with MAP_NORESERVE (for sparse tables). 0 or ENOMEM. */
 int os_map_sparse(size_t size, void **out);
 /* Unmap [p, p+size); p and size page aligned. 0 or errno. */
