@@ -383,7 +383,7 @@ static int chunk_new_locked(struct xarena *a)
 /* ---------------------------------------------------------------- */
 /* Allocation, release, resize                                       */
 
-void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero)
+void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero, int grow)
 {
     struct xarena *a = &arenas[arena % XARENAS];
     size_t need = npages + align_pages - 1;
@@ -395,7 +395,7 @@ void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero)
         set = SET_PURGED;
         x = bin_fit(a, SET_PURGED, need);
         if (!x) {
-            if (chunk_new_locked(a)) {
+            if (!grow || chunk_new_locked(a)) {
                 sd_mutex_unlock(&a->lock);
                 errno = ENOMEM;
                 return NULL;

@@ -164,9 +164,10 @@ static inline struct xpage *extent_used(const void *p)
 
 /* npages pages (>= 1) aligned to align_pages pages (a power of two) from
  * arena `arena`.  *zero says whether they read back zero (purged or fresh
- * memory).  The extent is XS_USED.  NULL when out of memory.  Takes the
- * arena lock; call with no allocator lock held. */
-void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero);
+ * memory).  The extent is XS_USED.  NULL when out of memory, or (grow 0)
+ * when none of the arena's chunks has room: no chunk is mapped then.
+ * Takes the arena lock; call with no allocator lock held. */
+void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero, int grow);
 /* Give back an XS_CACHED extent: it becomes dirty, coalesced with dirty
  * neighbours.  Takes its arena's lock. */
 void extent_release(struct xpage *x);

@@ -269,6 +269,36 @@ static void stash_flush_arena(unsigned arena)
 /* ---------------------------------------------------------------- */
 /* The malloc family's large paths                                   */
 
+/* No chunk could be mapped for the thread's arena (an address-space
+ * limit, RLIMIT_AS, has no 64 MiB left): the room in the other arenas'
+ * chunks first, then a mapping of the block's own size (a huge block),
+ * then the same again, and a chunk tried once more, once the stashes and
+ * the cached huge mappings are given back.  So a program gets its last megabytes under the limit as
+ * it would from glibc, which maps such blocks one by one too. */
+static __attribute__((noinline, cold)) void *large_alloc_tight(size_t size, size_t align,
+                                                               int zero)
+{
+    size_t n = pages_of(size);
+    for (int round = 0; round < 2; round++) {
+        unsigned own = thread_arena();
+        for (unsigned i = 1; i <= XARENAS; i++) {
+            int fresh = 0;
+            void *p = extent_alloc((own + i) % XARENAS, n, align / SD_PAGE_SIZE, &fresh,
+                                   round && i == XARENAS);
+            if (p) {
+                if (zero && !fresh)
+                    memset(p, 0, n * SD_PAGE_SIZE);
+                return p;
+            }
+        }
+        void *p = huge_alloc(size, align, zero);
+        if (p || round)
+            return p;
+        large_trim();
+    }
+    return NULL;
+}
+
 void *large_alloc(size_t size, size_t align, int zero)
 {
     if (align < SD_PAGE_SIZE)
@@ -280,9 +310,9 @@ void *large_alloc(size_t size, size_t align, int zero)
     void *p = align == SD_PAGE_SIZE ? stash_take(cpu, n) : NULL;
     int fresh = 0;
     if (!p) {
-        p = extent_alloc(thread_arena(), n, align / SD_PAGE_SIZE, &fresh);
-        if (!p)
-            return NULL;
+        p = extent_alloc(thread_arena(), n, align / SD_PAGE_SIZE, &fresh, 1);
+        if (unlikely(!p))
+            return large_alloc_tight(size, align, zero);
     }
     if (zero && !fresh)
         memset(p, 0, n * SD_PAGE_SIZE);
