@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -223,6 +224,24 @@ int os_membarrier(int cmd)
 {
     long r = syscall(__NR_membarrier, cmd, 0, 0);
     return r < 0 ? -errno : (int)r;
+}
+
+void os_signals_block_async(uint64_t *old)
+{
+    sigset_t set;
+    sigfillset(&set);                   /* glibc leaves its internal two out */
+    sigdelset(&set, SIGSEGV);
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGILL);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGTRAP);
+    sigdelset(&set, SIGSYS);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, old, sizeof *old);
+}
+
+void os_signals_restore(uint64_t mask)
+{
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, sizeof mask);
 }
 
 int os_fd_high(int fd)

@@ -54,6 +54,14 @@ unsigned os_ncpus(void);
  * result, or -errno. */
 int os_membarrier(int cmd);
 
+/* Block the calling thread's asynchronous signals: all but the
+ * synchronous ones (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS: a
+ * fault must still reach its handler) and glibc's two internal ones.
+ * *old gets the mask as it was (the kernel's 64 bits), for
+ * os_signals_restore.  Async-signal-safe; a system call each. */
+void os_signals_block_async(uint64_t *old);
+void os_signals_restore(uint64_t mask);
+
 /* ---- remappable memory (the meshing arena, core/heapfile.c) ----
  * A memfd of `size` bytes (sparse, nothing allocated), close-on-exec.
  * *fd gets it.  0 or errno. */
