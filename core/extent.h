@@ -13,7 +13,9 @@
  *            pointer -> page descriptor is O(1) and a foreign pointer is
  *            recognised.  Chunks are never unmapped (as segments: a stale
  *            pointer is diagnosed, never a crash); free extents are
- *            purged instead.
+ *            purged instead.  Under an address-space limit a chunk maps
+ *            only its first pages and grows (core/extent.c, "Address
+ *            space"); the rest of its 64 MiB may hold other mappings.
  *   extent   pages [i, i+n) of a chunk.  The extents of a chunk tile its
  *            pages after the header, always.  Tags: xpage[i] (first) and
  *            xpage[i+n-1] (last) hold n and the state; every other xpage
@@ -106,7 +108,11 @@ struct xchunk {
     struct xchunk *next;            /* the arena's chunks */
     struct xnode *free_nodes;       /* unused nodes, linked by `left` */
     uint32_t nodes_hwm;             /* nodes[0..hwm) have been used */
-    uint32_t pad2;
+    uint32_t limit;                 /* pages [0, limit) are mapped: all
+                                       of them but under an address-space
+                                       limit (extent.c, "Address space");
+                                       written under the arena lock,
+                                       read atomically */
     uint64_t pad3[4];
     struct xpage pages[XCHUNK_PAGES]; /* one per page; header ones unused */
     struct xnode nodes[XCHUNK_NODES];
@@ -141,7 +147,10 @@ static inline struct xpage *extent_page_of(const void *p)
     if (!(__atomic_load_n(&xchunk_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
         return NULL;
     struct xchunk *c = xchunk_at(a & ~(XCHUNK_SIZE - 1));
-    return &c->pages[(a & (XCHUNK_SIZE - 1)) >> 12];
+    uintptr_t page = (a & (XCHUNK_SIZE - 1)) >> 12;
+    if (unlikely(page >= __atomic_load_n(&c->limit, __ATOMIC_RELAXED)))
+        return NULL;                /* past a partial chunk: not ours */
+    return &c->pages[page];
 }
 
 /* The address of the page an xpage describes. */
@@ -195,6 +204,8 @@ struct extent_stats {
     size_t dirty_extents, dirty_bytes;
     size_t purged_extents, purged_bytes; /* free and purged (or fresh) */
     size_t chunks;                      /* chunks mapped (64 MiB each) */
+    size_t chunk_bytes;                 /* their bytes mapped (less under
+                                           an address-space limit) */
     size_t purged_total;                /* bytes purged since start */
 };
 void extent_get_stats(struct extent_stats *out);

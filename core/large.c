@@ -432,7 +432,7 @@ void large_get_stats(struct large_stats *out)
     out->purged_bytes = e.purged_bytes;
     out->purged_total = e.purged_total;
     out->chunks = e.chunks;
-    out->chunk_bytes = e.chunks * XCHUNK_SIZE;
+    out->chunk_bytes = e.chunk_bytes;
     out->mappings = 2 * e.chunks + out->huge_blocks + hmaps;   /* a chunk: guard + rest */
 }
 

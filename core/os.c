@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -101,6 +102,12 @@ int os_map_aligned(size_t size, size_t align, void **out)
         return ENOMEM;
     *out = q;
     return 0;
+}
+
+int os_as_limited(void)
+{
+    struct rlimit r;
+    return !getrlimit(RLIMIT_AS, &r) && r.rlim_cur != RLIM_INFINITY;
 }
 
 int os_map_at(void *p, size_t size)

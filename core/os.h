@@ -22,6 +22,8 @@
  * no room for that, tries aligned addresses one by one: ENOMEM means
  * `size` bytes do not fit. */
 int os_map_aligned(size_t size, size_t align, void **out);
+/* Is an address-space limit (RLIMIT_AS) set?  A system call. */
+int os_as_limited(void);
 /* Map `size` bytes of zeroed read-write memory at exactly p (page
  * aligned), only if nothing is mapped there.  0, EEXIST or ENOMEM. */
 int os_map_at(void *p, size_t size);
