@@ -412,8 +412,14 @@ struct slab *cache_slab_new(struct sd_cache *c)
     }
     int dirty;
     struct slab *s = segment_slab_alloc(kind, &dirty, kind != c->kind ? &c->page_seg : NULL);
-    if (!s)
-        return NULL;
+    if (unlikely(!s)) {
+        /* no room for a segment under RLIMIT_AS: large blocks' spare room */
+        if (!large_release_address_space())
+            return NULL;
+        s = segment_slab_alloc(kind, &dirty, kind != c->kind ? &c->page_seg : NULL);
+        if (!s)
+            return NULL;
+    }
     if (dirty && c->debug)                  /* its state words start at 0 */
         memset(s->start, 0, seg_kind_bytes(kind));
     uint64_t seed = 0;

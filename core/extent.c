@@ -365,7 +365,9 @@ static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
  * to CHUNK_STEP pages, and the rest of its 64 MiB is left to whatever
  * maps there; when no free extent fits, a chunk of the arena grows at its
  * end by what is needed, or by half its size if that fits, where nothing
- * else has been mapped since.  Pages past a chunk's limit are not its own
+ * else has been mapped since; when the limit is reached, the free
+ * extents at the ends of chunks are unmapped for whatever needs the room
+ * (extent_trim_tails).  Pages past a chunk's limit are not its own
  * (extent_page_of), and its last extent ends at the limit.  Without a
  * limit, chunks are mapped whole at once, as address space costs nothing
  * then. */
@@ -441,6 +443,34 @@ static int chunk_grow_locked(struct xarena *a, size_t need)
         }
     }
     return ENOMEM;
+}
+
+size_t extent_trim_tails(void)
+{
+    size_t bytes = 0;
+    for (unsigned i = 0; i < XARENAS; i++) {
+        struct xarena *a = &arenas[i];
+        sd_mutex_lock(&a->lock);
+        for (struct xchunk *c = a->chunks; c; c = c->next) {
+            size_t limit = c->limit;
+            if (limit <= XCHUNK_HEADER_PAGES)
+                continue;
+            struct xpage *l = &c->pages[limit - 1];
+            unsigned st = __atomic_load_n(&l->state, __ATOMIC_RELAXED);
+            if (st != XS_DIRTY && st != XS_PURGED)
+                continue;
+            size_t n = l->npages;
+            struct xpage *x = l - (n - 1);
+            free_unlink_locked(a, x, st == XS_DIRTY ? SET_DIRTY : SET_PURGED);
+            tags_clear(x, n);
+            __atomic_store_n(&c->limit, (uint32_t)(limit - n), __ATOMIC_RELEASE);
+            cnt_add(&a->mapped_pages, -(long)n);
+            os_unmap(extent_addr(x), n * SD_PAGE_SIZE);
+            bytes += n * SD_PAGE_SIZE;
+        }
+        sd_mutex_unlock(&a->lock);
+    }
+    return bytes;
 }
 
 /* ---------------------------------------------------------------- */

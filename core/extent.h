@@ -187,6 +187,11 @@ int extent_resize(struct xpage *x, size_t npages);
 /* Purge the dirty extents of every arena that became dirty before
  * `before` ns (UINT64_MAX: all of them).  Bytes purged. */
 size_t extent_purge(uint64_t before);
+/* Under an address-space limit, out of room: unmap the free extent at
+ * the end of every chunk that has one, and lower the chunk's limit
+ * (extent.c, "Address space").  Bytes unmapped.  Takes each arena lock
+ * in turn. */
+size_t extent_trim_tails(void);
 /* Purge every dirty extent of arena `arena` (its last thread ended).
  * Bytes purged. */
 size_t extent_purge_arena(unsigned arena);

@@ -295,6 +295,7 @@ static __attribute__((noinline, cold)) void *large_alloc_tight(size_t size, size
         if (p || round)
             return p;
         large_trim();
+        large_release_address_space();
     }
     return NULL;
 }
@@ -375,6 +376,14 @@ size_t large_trim(void)
 {
     stash_flush(UINT64_MAX);
     return extent_purge(UINT64_MAX) + huge_trim();
+}
+
+size_t large_release_address_space(void)
+{
+    if (!os_as_limited())
+        return 0;
+    stash_flush(UINT64_MAX);
+    return huge_trim() + extent_trim_tails();
 }
 
 size_t large_purge_decayed(void)
