@@ -358,9 +358,9 @@ static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
 }
 
 /* Address space.  A chunk is 64 MiB of it, which an address-space limit
- * (RLIMIT_AS) counts whether its pages are touched or not: under
- * `ulimit -v 204800` a program whose only large block was a 2 MiB array
- * lost 64 MiB of the 200 to it.  So while such a limit is set, a new
+ * (RLIMIT_AS) counts whether its pages are touched or not, so that one
+ * small array would cost a program a third of a 200 MiB limit.  So while
+ * such a limit is set, a new
  * chunk maps only its header and the pages the request needs, rounded up
  * to CHUNK_STEP pages, and the rest of its 64 MiB is left to whatever
  * maps there; when no free extent fits, a chunk of the arena grows at its
