@@ -119,7 +119,12 @@
  * kind locks and the large-block leaves (nobody holding one waits for a
  * slab or list lock), then every slab lock (nobody holding a slab lock
  * waits for a segment lock or a leaf), then every list lock (holders of a
- * list lock only try slab locks).
+ * list lock only try slab locks).  Before all of them (and before the
+ * heap profiler's table locks, which it takes first) it blocks the
+ * thread's asynchronous signals, and parent and child restore the mask
+ * after their last unlock: a fork from a signal handler that interrupts
+ * a fork cannot run while this thread holds them (classes/fork.c,
+ * "Signals").
  *
  * Frees in per-CPU mode never touch the slab: any thread pushes onto its
  * CPU's stack, and only a full stack's batch goes back to the slabs,
@@ -407,8 +412,14 @@ struct slab *cache_slab_new(struct sd_cache *c)
     }
     int dirty;
     struct slab *s = segment_slab_alloc(kind, &dirty, kind != c->kind ? &c->page_seg : NULL);
-    if (!s)
-        return NULL;
+    if (unlikely(!s)) {
+        /* no room for a segment under RLIMIT_AS: large blocks' spare room */
+        if (!large_release_address_space())
+            return NULL;
+        s = segment_slab_alloc(kind, &dirty, kind != c->kind ? &c->page_seg : NULL);
+        if (!s)
+            return NULL;
+    }
     if (dirty && c->debug)                  /* its state words start at 0 */
         memset(s->start, 0, seg_kind_bytes(kind));
     uint64_t seed = 0;

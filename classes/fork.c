@@ -23,6 +23,25 @@
  * waits for that copy before it writes again (core/heapfile.h).
  * Layers above (the shrinker, the control socket) register their own child
  * handlers later, so they run after this one.
+ *
+ * Signals.  A program may fork from a signal handler (a SIGCHLD handler
+ * that starts the next worker), and the signal may land while the same
+ * thread is inside fork(), holding every lock prepare took: a second
+ * prepare would wait for a lock its own thread holds, forever.  So
+ * prepare blocks the asynchronous signals before its first lock, and
+ * parent and child restore the thread's mask after their last unlock
+ * (the child's pending signals are empty, as after any fork).  A fork
+ * from a handler then runs before our prepare or after our parent/child
+ * handler, when this thread holds none of our locks, and goes through
+ * the whole sequence, forkcopy's steps included, as any fork: handlers
+ * are never nested.  A signal that arrives inside the window is
+ * delivered when the parent's handler returns, a fork later (with
+ * meshing, after the child's copy of the arena).  The synchronous
+ * signals stay open: meshing's write barrier faults into its SIGSEGV
+ * handler while prepare has the arena write-protected.  (glibc's fork of
+ * a multi-threaded process takes its own atfork lock around the
+ * handlers, so a fork from a handler there deadlocks in glibc, with or
+ * without us.)
  */
 #include <pthread.h>
 
@@ -30,6 +49,7 @@
 #include "fdguard.h"
 #include "forkcopy.h"
 #include "large.h"
+#include "os.h"
 #include "pcpu.h"
 #include "sample.h"
 #include "sdmalloc.h"
@@ -83,8 +103,13 @@ static void adopt_dead_threads_slabs(void)
     }
 }
 
+/* The forking thread's signal mask before prepare blocked the
+ * asynchronous signals ("Signals" above). */
+static __thread uint64_t fork_saved_mask __attribute__((tls_model("initial-exec")));
+
 static void fork_prepare(void)
 {
+    os_signals_block_async(&fork_saved_mask);   /* before the first lock */
     sample_fork(0);                  /* the profiler's leaf locks, first */
     tcache_lock_reclaim();           /* outermost: no thread's bins half taken */
     pcpu_drain_lock();               /* outermost: no drain in flight */
@@ -109,6 +134,7 @@ static void fork_parent(void)
     pcpu_drain_unlock(0);
     tcache_unlock_reclaim(0);
     sample_fork(1);
+    os_signals_restore(fork_saved_mask);        /* after the last unlock */
 }
 
 static void fork_child(void)
@@ -127,6 +153,7 @@ static void fork_child(void)
     tcache_registry_fork_child();
     adopt_dead_threads_slabs();
     sample_fork(2);
+    os_signals_restore(fork_saved_mask);        /* after the last unlock */
 }
 
 void fork_raw_prepare(void) { fork_prepare(); }

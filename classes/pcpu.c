@@ -48,11 +48,25 @@ int sd_pcpu_on;
 
 static char *base;                      /* ncpu regions */
 static unsigned ncpu;
+static size_t mapped;                   /* bytes mapped at the start of
+                                           every region (pcpu_lock) */
 static sd_mutex pcpu_lock = SD_MUTEX_INIT;
 static uint16_t slot_next = 1;          /* next unassigned slot */
 static uint16_t id_begin[SD_MAX_CACHES];/* slot range of each id; 0 = none yet */
 static uint16_t id_cap[SD_MAX_CACHES];  /* its cap; PCPU_NO_SLOTS = none left */
 static unsigned id_hi;                  /* ids below this may be set up */
+
+/* Address space.  A region is PCPU_REGION bytes apart from the next, but
+ * only its first `mapped` bytes are mapped: the headers, the statistics
+ * and the slots handed out so far, in steps of PCPU_STEP (the malloc
+ * classes take about 4,400 slots, 35 KiB, by default).  So a CPU costs
+ * PCPU_MAPPED_MIN of address space, not 1 MiB, which an address-space
+ * limit (RLIMIT_AS) counts whether the pages are touched or not, and
+ * machines declare hundreds of possible CPUs.  Slots past `mapped` are
+ * mapped at their first assignment where nothing else has been put since;
+ * where something has, the cache goes without a per-CPU cache. */
+#define PCPU_STEP       (64u << 10)
+#define PCPU_MAPPED_MIN (PCPU_SLOTS_OFF + PCPU_STEP)
 
 #define PCPU_NO_SLOTS 0xffffu
 #define CAP_MIN 2u
@@ -123,11 +137,18 @@ void pcpu_init(void)
     /* A guard page first: an overflow out of memory below never reaches
      * the stacks of object pointers. */
     void *m;
-    if (os_map_sparse(SD_PAGE_SIZE + ((size_t)ncpu << PCPU_REGION_SHIFT), &m))
+    size_t span = SD_PAGE_SIZE + ((size_t)ncpu << PCPU_REGION_SHIFT);
+    if (os_map_sparse(span, &m))
         return;
-    if (os_guard(m, SD_PAGE_SIZE))
+    if (os_guard(m, SD_PAGE_SIZE)) {
+        os_unmap(m, span);
         return;
+    }
     base = (char *)m + SD_PAGE_SIZE;
+    for (unsigned cpu = 0; cpu < ncpu; cpu++)        /* "Address space" */
+        os_unmap(base + ((size_t)cpu << PCPU_REGION_SHIFT) + PCPU_MAPPED_MIN,
+                 PCPU_REGION - PCPU_MAPPED_MIN);
+    mapped = PCPU_MAPPED_MIN;
     __atomic_store_n(&sd_pcpu_on, 1, __ATOMIC_RELEASE);
 }
 
@@ -141,6 +162,26 @@ int pcpu_thread_init(void)
     return 1;
 }
 
+/* Map slots up to `slots` in every region (pcpu_lock held); 0 if they
+ * cannot be ("Address space"). */
+static int room_locked(size_t slots)
+{
+    SD_ASSERT(sd_mutex_held(&pcpu_lock));
+    size_t want = (PCPU_SLOTS_OFF + slots * sizeof(void *) + PCPU_STEP - 1) & ~(size_t)(PCPU_STEP - 1);
+    if (want <= mapped)
+        return 1;
+    for (unsigned cpu = 0; cpu < ncpu; cpu++) {
+        char *r = base + ((size_t)cpu << PCPU_REGION_SHIFT);
+        if (os_map_at(r + mapped, want - mapped)) {
+            while (cpu-- > 0)
+                os_unmap(base + ((size_t)cpu << PCPU_REGION_SHIFT) + mapped, want - mapped);
+            return 0;
+        }
+    }
+    mapped = want;
+    return 1;
+}
+
 /* Give cache id its slot range (pcpu_lock held); 0 if none is left. */
 static int id_assign_locked(const struct sd_cache *c)
 {
@@ -149,7 +190,7 @@ static int id_assign_locked(const struct sd_cache *c)
     if (id_cap[id])
         return id_cap[id] != PCPU_NO_SLOTS;
     unsigned cap = pcpu_cap(c->size);
-    if ((unsigned)slot_next + cap > PCPU_MAX_SLOTS) {
+    if ((unsigned)slot_next + cap > PCPU_MAX_SLOTS || !room_locked((size_t)slot_next + cap)) {
         id_cap[id] = PCPU_NO_SLOTS;
         return 0;
     }

@@ -49,6 +49,7 @@ struct xarena {
     size_t dirty_n, dirty_pages;
     size_t purged_n, purged_pages;  /* free purged extents (fresh too) */
     size_t nchunks;
+    size_t mapped_pages;            /* pages of its chunks mapped */
     size_t purged_total;            /* pages purged since start */
 } __attribute__((aligned(64)));
 
@@ -297,7 +298,7 @@ static void free_insert_locked(struct xarena *a, struct xpage *x, size_t n, int 
             i -= ln;
         }
     }
-    if (i + n < XCHUNK_PAGES) {
+    if (i + n < c->limit) {
         struct xpage *r = &c->pages[i + n];             /* a first tag */
         if (__atomic_load_n(&r->state, __ATOMIC_RELAXED) == st) {
             size_t rn = r->npages;
@@ -342,7 +343,7 @@ static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
 {
     SD_ASSERT(sd_mutex_held(&a->lock));
     struct xpage *x = &c->pages[XCHUNK_HEADER_PAGES];
-    size_t n = XCHUNK_PAGES - XCHUNK_HEADER_PAGES;
+    size_t n = c->limit - XCHUNK_HEADER_PAGES;
     if (__atomic_load_n(&x->state, __ATOMIC_RELAXED) != XS_PURGED || x->npages != n ||
         c->nodes_hwm <= 1)
         return;
@@ -356,34 +357,126 @@ static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
     free_insert_locked(a, x, n, SET_PURGED, 0);
 }
 
-/* A new chunk: one purged extent of every page after the header. */
-static int chunk_new_locked(struct xarena *a)
+/* Address space.  A chunk is 64 MiB of it, which an address-space limit
+ * (RLIMIT_AS) counts whether its pages are touched or not, so that one
+ * small array would cost a program a third of a 200 MiB limit.  So while
+ * such a limit is set, a new
+ * chunk maps only its header and the pages the request needs, rounded up
+ * to CHUNK_STEP pages, and the rest of its 64 MiB is left to whatever
+ * maps there; when no free extent fits, a chunk of the arena grows at its
+ * end by what is needed, or by half its size if that fits, where nothing
+ * else has been mapped since; when the limit is reached, the free
+ * extents at the ends of chunks are unmapped for whatever needs the room
+ * (extent_trim_tails).  Pages past a chunk's limit are not its own
+ * (extent_page_of), and its last extent ends at the limit.  Without a
+ * limit, chunks are mapped whole at once, as address space costs nothing
+ * then. */
+#define CHUNK_STEP 256          /* pages (1 MiB) */
+
+static size_t round_step(size_t pages)
+{
+    return (pages + CHUNK_STEP - 1) / CHUNK_STEP * CHUNK_STEP;
+}
+
+/* A new chunk: one purged extent of every page after the header, the
+ * request of `need` pages among them. */
+static int chunk_new_locked(struct xarena *a, size_t need)
 {
     SD_ASSERT(sd_mutex_held(&a->lock));
+    size_t limit = XCHUNK_PAGES;
+    if (os_as_limited()) {
+        limit = round_step(XCHUNK_HEADER_PAGES + need);
+        if (limit > XCHUNK_PAGES)
+            limit = XCHUNK_PAGES;
+    }
     void *m;
-    if (os_map_aligned(XCHUNK_SIZE, XCHUNK_SIZE, &m))
+    if (os_map_aligned(limit * SD_PAGE_SIZE, XCHUNK_SIZE, &m))
         return ENOMEM;
     if (os_guard(m, XCHUNK_GUARD)) {
-        os_unmap(m, XCHUNK_SIZE);
+        os_unmap(m, limit * SD_PAGE_SIZE);
         return ENOMEM;
     }
     struct xchunk *c = xchunk_at((uintptr_t)m);
     c->magic = XCHUNK_MAGIC;
     c->arena = (uint16_t)(a - arenas);
+    __atomic_store_n(&c->limit, (uint32_t)limit, __ATOMIC_RELAXED);
     c->next = a->chunks;
     a->chunks = c;
     cnt_add(&a->nchunks, 1);
+    cnt_add(&a->mapped_pages, (long)limit);
     uintptr_t bit = (uintptr_t)m >> XCHUNK_SHIFT;
     __atomic_fetch_or(&xchunk_map[bit >> 6], 1ULL << (bit & 63), __ATOMIC_RELEASE);
     free_insert_locked(a, &c->pages[XCHUNK_HEADER_PAGES],
-                       XCHUNK_PAGES - XCHUNK_HEADER_PAGES, SET_PURGED, 0);
+                       limit - XCHUNK_HEADER_PAGES, SET_PURGED, 0);
     return 0;
+}
+
+/* Grow a partial chunk of the arena so that a free extent of `need`
+ * pages exists ("Address space").  0, or ENOMEM. */
+static int chunk_grow_locked(struct xarena *a, size_t need)
+{
+    SD_ASSERT(sd_mutex_held(&a->lock));
+    for (struct xchunk *c = a->chunks; c; c = c->next) {
+        size_t limit = c->limit;
+        if (limit == XCHUNK_PAGES)
+            continue;
+        /* the pages a free extent at the end already brings */
+        struct xpage *l = &c->pages[limit - 1];
+        unsigned st = __atomic_load_n(&l->state, __ATOMIC_RELAXED);
+        size_t tail = st == XS_PURGED ? l->npages : 0;
+        size_t min = need > tail ? need - tail : 0;
+        size_t half = round_step(limit / 2 > min ? limit / 2 : min);
+        size_t tries[2] = { half, round_step(min) };
+        for (int t = 0; t < 2; t++) {
+            size_t g = tries[t];
+            if (g > XCHUNK_PAGES - limit)
+                g = XCHUNK_PAGES - limit;
+            if (g < min || !g)
+                continue;
+            char *end = (char *)c - XCHUNK_GUARD + limit * SD_PAGE_SIZE;
+            if (os_map_at(end, g * SD_PAGE_SIZE))
+                continue;
+            __atomic_store_n(&c->limit, (uint32_t)(limit + g), __ATOMIC_RELEASE);
+            cnt_add(&a->mapped_pages, (long)g);
+            free_insert_locked(a, &c->pages[limit], g, SET_PURGED, 0);
+            return 0;
+        }
+    }
+    return ENOMEM;
+}
+
+size_t extent_trim_tails(void)
+{
+    size_t bytes = 0;
+    for (unsigned i = 0; i < XARENAS; i++) {
+        struct xarena *a = &arenas[i];
+        sd_mutex_lock(&a->lock);
+        for (struct xchunk *c = a->chunks; c; c = c->next) {
+            size_t limit = c->limit;
+            if (limit <= XCHUNK_HEADER_PAGES)
+                continue;
+            struct xpage *l = &c->pages[limit - 1];
+            unsigned st = __atomic_load_n(&l->state, __ATOMIC_RELAXED);
+            if (st != XS_DIRTY && st != XS_PURGED)
+                continue;
+            size_t n = l->npages;
+            struct xpage *x = l - (n - 1);
+            free_unlink_locked(a, x, st == XS_DIRTY ? SET_DIRTY : SET_PURGED);
+            tags_clear(x, n);
+            __atomic_store_n(&c->limit, (uint32_t)(limit - n), __ATOMIC_RELEASE);
+            cnt_add(&a->mapped_pages, -(long)n);
+            os_unmap(extent_addr(x), n * SD_PAGE_SIZE);
+            bytes += n * SD_PAGE_SIZE;
+        }
+        sd_mutex_unlock(&a->lock);
+    }
+    return bytes;
 }
 
 /* ---------------------------------------------------------------- */
 /* Allocation, release, resize                                       */
 
-void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero)
+void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero, int grow)
 {
     struct xarena *a = &arenas[arena % XARENAS];
     size_t need = npages + align_pages - 1;
@@ -395,7 +488,7 @@ void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero)
         set = SET_PURGED;
         x = bin_fit(a, SET_PURGED, need);
         if (!x) {
-            if (chunk_new_locked(a)) {
+            if (!grow || (chunk_grow_locked(a, need) && chunk_new_locked(a, need))) {
                 sd_mutex_unlock(&a->lock);
                 errno = ENOMEM;
                 return NULL;
@@ -471,7 +564,7 @@ int extent_resize(struct xpage *x, size_t npages)
         }
     } else if (npages > m) {
         size_t i = page_index(x);
-        struct xpage *r = i + m < XCHUNK_PAGES ? x + m : NULL;
+        struct xpage *r = i + m < chunk_of(x)->limit ? x + m : NULL;
         unsigned st = r ? __atomic_load_n(&r->state, __ATOMIC_RELAXED) : XS_INSIDE;
         if ((st == XS_DIRTY || st == XS_PURGED) && r->npages >= npages - m) {
             int set = st == XS_DIRTY ? SET_DIRTY : SET_PURGED;
@@ -605,6 +698,7 @@ void extent_get_stats(struct extent_stats *out)
         out->purged_extents += __atomic_load_n(&a->purged_n, __ATOMIC_RELAXED);
         out->purged_bytes += __atomic_load_n(&a->purged_pages, __ATOMIC_RELAXED) * SD_PAGE_SIZE;
         out->chunks += __atomic_load_n(&a->nchunks, __ATOMIC_RELAXED);
+        out->chunk_bytes += __atomic_load_n(&a->mapped_pages, __ATOMIC_RELAXED) * SD_PAGE_SIZE;
         out->purged_total += __atomic_load_n(&a->purged_total, __ATOMIC_RELAXED) * SD_PAGE_SIZE;
     }
 }

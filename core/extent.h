@@ -13,7 +13,9 @@
  *            pointer -> page descriptor is O(1) and a foreign pointer is
  *            recognised.  Chunks are never unmapped (as segments: a stale
  *            pointer is diagnosed, never a crash); free extents are
- *            purged instead.
+ *            purged instead.  Under an address-space limit a chunk maps
+ *            only its first pages and grows (core/extent.c, "Address
+ *            space"); the rest of its 64 MiB may hold other mappings.
  *   extent   pages [i, i+n) of a chunk.  The extents of a chunk tile its
  *            pages after the header, always.  Tags: xpage[i] (first) and
  *            xpage[i+n-1] (last) hold n and the state; every other xpage
@@ -106,7 +108,11 @@ struct xchunk {
     struct xchunk *next;            /* the arena's chunks */
     struct xnode *free_nodes;       /* unused nodes, linked by `left` */
     uint32_t nodes_hwm;             /* nodes[0..hwm) have been used */
-    uint32_t pad2;
+    uint32_t limit;                 /* pages [0, limit) are mapped: all
+                                       of them but under an address-space
+                                       limit (extent.c, "Address space");
+                                       written under the arena lock,
+                                       read atomically */
     uint64_t pad3[4];
     struct xpage pages[XCHUNK_PAGES]; /* one per page; header ones unused */
     struct xnode nodes[XCHUNK_NODES];
@@ -141,7 +147,10 @@ static inline struct xpage *extent_page_of(const void *p)
     if (!(__atomic_load_n(&xchunk_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
         return NULL;
     struct xchunk *c = xchunk_at(a & ~(XCHUNK_SIZE - 1));
-    return &c->pages[(a & (XCHUNK_SIZE - 1)) >> 12];
+    uintptr_t page = (a & (XCHUNK_SIZE - 1)) >> 12;
+    if (unlikely(page >= __atomic_load_n(&c->limit, __ATOMIC_RELAXED)))
+        return NULL;                /* past a partial chunk: not ours */
+    return &c->pages[page];
 }
 
 /* The address of the page an xpage describes. */
@@ -164,9 +173,10 @@ static inline struct xpage *extent_used(const void *p)
 
 /* npages pages (>= 1) aligned to align_pages pages (a power of two) from
  * arena `arena`.  *zero says whether they read back zero (purged or fresh
- * memory).  The extent is XS_USED.  NULL when out of memory.  Takes the
- * arena lock; call with no allocator lock held. */
-void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero);
+ * memory).  The extent is XS_USED.  NULL when out of memory, or (grow 0)
+ * when none of the arena's chunks has room: no chunk is mapped then.
+ * Takes the arena lock; call with no allocator lock held. */
+void *extent_alloc(unsigned arena, size_t npages, size_t align_pages, int *zero, int grow);
 /* Give back an XS_CACHED extent: it becomes dirty, coalesced with dirty
  * neighbours.  Takes its arena's lock. */
 void extent_release(struct xpage *x);
@@ -177,6 +187,11 @@ int extent_resize(struct xpage *x, size_t npages);
 /* Purge the dirty extents of every arena that became dirty before
  * `before` ns (UINT64_MAX: all of them).  Bytes purged. */
 size_t extent_purge(uint64_t before);
+/* Under an address-space limit, out of room: unmap the free extent at
+ * the end of every chunk that has one, and lower the chunk's limit
+ * (extent.c, "Address space").  Bytes unmapped.  Takes each arena lock
+ * in turn. */
+size_t extent_trim_tails(void);
 /* Purge every dirty extent of arena `arena` (its last thread ended).
  * Bytes purged. */
 size_t extent_purge_arena(unsigned arena);
@@ -194,6 +209,8 @@ struct extent_stats {
     size_t dirty_extents, dirty_bytes;
     size_t purged_extents, purged_bytes; /* free and purged (or fresh) */
     size_t chunks;                      /* chunks mapped (64 MiB each) */
+    size_t chunk_bytes;                 /* their bytes mapped (less under
+                                           an address-space limit) */
     size_t purged_total;                /* bytes purged since start */
 };
 void extent_get_stats(struct extent_stats *out);

@@ -269,6 +269,37 @@ static void stash_flush_arena(unsigned arena)
 /* ---------------------------------------------------------------- */
 /* The malloc family's large paths                                   */
 
+/* No chunk could be mapped for the thread's arena (an address-space
+ * limit, RLIMIT_AS, has no 64 MiB left): the room in the other arenas'
+ * chunks first, then a mapping of the block's own size (a huge block),
+ * then the same again, and a chunk tried once more, once the stashes and
+ * the cached huge mappings are given back.  So a program gets its last megabytes under the limit as
+ * it would from glibc, which maps such blocks one by one too. */
+static __attribute__((noinline, cold)) void *large_alloc_tight(size_t size, size_t align,
+                                                               int zero)
+{
+    size_t n = pages_of(size);
+    for (int round = 0; round < 2; round++) {
+        unsigned own = thread_arena();
+        for (unsigned i = 1; i <= XARENAS; i++) {
+            int fresh = 0;
+            void *p = extent_alloc((own + i) % XARENAS, n, align / SD_PAGE_SIZE, &fresh,
+                                   round && i == XARENAS);
+            if (p) {
+                if (zero && !fresh)
+                    memset(p, 0, n * SD_PAGE_SIZE);
+                return p;
+            }
+        }
+        void *p = huge_alloc(size, align, zero);
+        if (p || round)
+            return p;
+        large_trim();
+        large_release_address_space();
+    }
+    return NULL;
+}
+
 void *large_alloc(size_t size, size_t align, int zero)
 {
     if (align < SD_PAGE_SIZE)
@@ -280,9 +311,9 @@ void *large_alloc(size_t size, size_t align, int zero)
     void *p = align == SD_PAGE_SIZE ? stash_take(cpu, n) : NULL;
     int fresh = 0;
     if (!p) {
-        p = extent_alloc(thread_arena(), n, align / SD_PAGE_SIZE, &fresh);
-        if (!p)
-            return NULL;
+        p = extent_alloc(thread_arena(), n, align / SD_PAGE_SIZE, &fresh, 1);
+        if (unlikely(!p))
+            return large_alloc_tight(size, align, zero);
     }
     if (zero && !fresh)
         memset(p, 0, n * SD_PAGE_SIZE);
@@ -347,6 +378,14 @@ size_t large_trim(void)
     return extent_purge(UINT64_MAX) + huge_trim();
 }
 
+size_t large_release_address_space(void)
+{
+    if (!os_as_limited())
+        return 0;
+    stash_flush(UINT64_MAX);
+    return huge_trim() + extent_trim_tails();
+}
+
 size_t large_purge_decayed(void)
 {
     uint64_t now = os_now_ns(), d = (uint64_t)sd_opt.decay_ms * 1000000ull;
@@ -402,7 +441,7 @@ void large_get_stats(struct large_stats *out)
     out->purged_bytes = e.purged_bytes;
     out->purged_total = e.purged_total;
     out->chunks = e.chunks;
-    out->chunk_bytes = e.chunks * XCHUNK_SIZE;
+    out->chunk_bytes = e.chunk_bytes;
     out->mappings = 2 * e.chunks + out->huge_blocks + hmaps;   /* a chunk: guard + rest */
 }
 

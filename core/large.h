@@ -66,6 +66,11 @@ void *large_realloc(void *p, size_t size);
 /* Purge every free extent, flush the stashes, unmap cached huge mappings;
  * returns bytes released. */
 size_t large_trim(void);
+/* Out of address space (an mmap failed under RLIMIT_AS): give back what
+ * large blocks hold of it without being in use - the stashes, the cached
+ * huge mappings, the free ends of chunks.  Bytes unmapped; 0 when no
+ * limit is set.  Call with no allocator lock held. */
+size_t large_release_address_space(void);
 /* The same for what is older than the decay only. */
 size_t large_purge_decayed(void);
 /* Purge what is past the decay, cheaply when nothing is (slow paths). */

@@ -8,9 +8,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -31,19 +33,94 @@ static void *trim_aligned(void *p, size_t span, size_t size, size_t align)
     return (void *)start;
 }
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+#define ALIGN_HINTS 64          /* aligned addresses tried under a limit */
+
+static void *map_anon(void *hint, size_t size, int flags)
+{
+    return mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+}
+
+/* Under an address-space limit (RLIMIT_AS) that leaves no room for the
+ * over-mapping: `size` bytes at aligned addresses from `near` down, each
+ * mapped only if nothing is there.  The kernel places mappings top-down,
+ * so below the spot it chose for an unaligned one there is usually a gap. */
+static void *map_aligned_hinted(uintptr_t near, size_t size, size_t align)
+{
+    uintptr_t h = near & ~(uintptr_t)(align - 1);
+    for (unsigned i = 0; i < ALIGN_HINTS && h >= align; i++, h -= align) {
+        void *p = map_anon((void *)h, size, MAP_FIXED_NOREPLACE);
+        if (p == (void *)h)
+            return p;
+        if (p != MAP_FAILED)
+            munmap(p, size);            /* a kernel that took it as a hint */
+        else if (errno != EEXIST)
+            return NULL;                /* ENOMEM: no room at all */
+    }
+    return NULL;
+}
+
 int os_map_aligned(size_t size, size_t align, void **out)
 {
     if (align < SD_PAGE_SIZE)
         align = SD_PAGE_SIZE;
     if (size + align < size)
         return ENOMEM;
-    size_t span = size + align - SD_PAGE_SIZE;
-    void *p = mmap(NULL, span, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* Exactly `size` first: the kernel puts a mapping right below the
+     * previous one, so segments and chunks often come out aligned. */
+    void *p = map_anon(NULL, size, 0);
     if (p == MAP_FAILED)
         return ENOMEM;
-    *out = trim_aligned(p, span, size, align);
+    uintptr_t a = (uintptr_t)p, down = a & ~(uintptr_t)(align - 1);
+    if (a == down) {
+        *out = p;
+        return 0;
+    }
+    /* Grow it down to the aligned address below and drop its top: never
+     * more than `align` bytes beyond `size` mapped at once. */
+    void *ext = map_anon((void *)down, a - down, MAP_FIXED_NOREPLACE);
+    if (ext == (void *)down) {
+        munmap((void *)(down + size), a - down);
+        *out = (void *)down;
+        return 0;
+    }
+    int err = ext == MAP_FAILED ? errno : EEXIST;
+    if (ext != MAP_FAILED)
+        munmap(ext, a - down);          /* a kernel that took it as a hint */
+    munmap(p, size);
+    if (err != ENOMEM) {                /* something below: map twice, trim */
+        size_t span = size + align - SD_PAGE_SIZE;
+        void *q = map_anon(NULL, span, 0);
+        if (q != MAP_FAILED) {
+            *out = trim_aligned(q, span, size, align);
+            return 0;
+        }
+    }
+    void *q = map_aligned_hinted(a, size, align);
+    if (!q)
+        return ENOMEM;
+    *out = q;
     return 0;
+}
+
+int os_as_limited(void)
+{
+    struct rlimit r;
+    return !getrlimit(RLIMIT_AS, &r) && r.rlim_cur != RLIM_INFINITY;
+}
+
+int os_map_at(void *p, size_t size)
+{
+    void *r = map_anon(p, size, MAP_FIXED_NOREPLACE);
+    if (r == p)
+        return 0;
+    if (r == MAP_FAILED)
+        return errno;
+    munmap(r, size);                    /* a kernel that took it as a hint */
+    return EEXIST;
 }
 
 int os_map_sparse(size_t size, void **out)
@@ -163,6 +240,24 @@ int os_membarrier(int cmd)
 {
     long r = syscall(__NR_membarrier, cmd, 0, 0);
     return r < 0 ? -errno : (int)r;
+}
+
+void os_signals_block_async(uint64_t *old)
+{
+    sigset_t set;
+    sigfillset(&set);                   /* glibc leaves its internal two out */
+    sigdelset(&set, SIGSEGV);
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGILL);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGTRAP);
+    sigdelset(&set, SIGSYS);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, old, sizeof *old);
+}
+
+void os_signals_restore(uint64_t mask)
+{
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, sizeof mask);
 }
 
 void os_fd_reserve(void)

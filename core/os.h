@@ -16,8 +16,16 @@
 
 /* Map `size` bytes (a multiple of the page size) of zeroed read-write
  * memory aligned to `align` (a power of two >= page size).  *out gets the
- * address.  Returns 0 or ENOMEM. */
+ * address.  Returns 0 or ENOMEM.  It maps `size` bytes, or briefly less
+ * than `size + align`, and under an address-space limit (RLIMIT_AS) with
+ * no room for that, tries aligned addresses one by one: ENOMEM means
+ * `size` bytes do not fit. */
 int os_map_aligned(size_t size, size_t align, void **out);
+/* Is an address-space limit (RLIMIT_AS) set?  A system call. */
+int os_as_limited(void);
+/* Map `size` bytes of zeroed read-write memory at exactly p (page
+ * aligned), only if nothing is mapped there.  0, EEXIST or ENOMEM. */
+int os_map_at(void *p, size_t size);
 /* Map `size` bytes with MAP_NORESERVE (for sparse tables). 0 or ENOMEM. */
 int os_map_sparse(size_t size, void **out);
 /* Unmap [p, p+size); p and size page aligned. 0 or errno. */
@@ -46,6 +54,14 @@ unsigned os_ncpus(void);
 /* membarrier(2) with command cmd (MEMBARRIER_CMD_*, no flags): its
  * result, or -errno. */
 int os_membarrier(int cmd);
+
+/* Block the calling thread's asynchronous signals: all but the
+ * synchronous ones (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS: a
+ * fault must still reach its handler) and glibc's two internal ones.
+ * *old gets the mask as it was (the kernel's 64 bits), for
+ * os_signals_restore.  Async-signal-safe; a system call each. */
+void os_signals_block_async(uint64_t *old);
+void os_signals_restore(uint64_t mask);
 
 /* ---- remappable memory (meshing, core/heapfile.c) ----
  * Shared anonymous memory can be mapped at two addresses without a file
