@@ -21,8 +21,9 @@
 #include "segment.h"
 #include "uffd.h"
 
-int forkcopy_active;                    /* the whole arena is read-only */
+int forkcopy_active;                    /* the shared slots are read-only */
 int forkcopy_protected;                 /* ... and we made it so */
+static int forkcopy_shared;             /* this fork has shared slots */
 pid_t forkcopy_pid;                     /* the parent's pid during a fork */
 uint32_t forkcopy_tid;                  /* the forking thread */
 static uintptr_t step_page;             /* a page let through for one
@@ -89,6 +90,17 @@ void forkcopy_prepare(void)
 {
     if (!heapfile_on)
         return;
+    forkcopy_pid = getpid();
+    forkcopy_tid = os_gettid();
+    child_done = 0;
+    /* Nothing shared (nothing meshed yet, or no more): a fork as without
+     * meshing, no barrier and no wait for the child. */
+    size_t runs = 0;
+    forkcopy_shared = 0;
+    segment_count_shared(&runs);
+    if (!runs)
+        return;
+    forkcopy_shared = 1;
     int p[2];
     fdguard_open_begin();
     if (pipe2(p, O_CLOEXEC))
@@ -96,9 +108,6 @@ void forkcopy_prepare(void)
     fdguard_adopt(p[0], &fork_pipe[0]);
     fdguard_adopt(p[1], &fork_pipe[1]);
     fdguard_open_end();
-    forkcopy_pid = getpid();
-    forkcopy_tid = os_gettid();
-    child_done = 0;
     __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
     barrier_mine = 1;
     __atomic_store_n(&forkcopy_active, 1, __ATOMIC_RELEASE);
@@ -106,12 +115,12 @@ void forkcopy_prepare(void)
      * (the child may see writes the parent's other threads make while it
      * copies). */
     forkcopy_protected = sigchain_handler_ours() && fork_pipe[0] >= 0 &&
-                         segment_protect_shared(0) == 0;
+                         segment_protect_shared(0, NULL) == 0;
 }
 
 void forkcopy_parent(void)
 {
-    if (!heapfile_on)
+    if (!heapfile_on || !forkcopy_shared)
         return;
     fdguard_close(&fork_pipe[1]);
     int fd = fdguard_get(&fork_pipe[0]);
@@ -120,7 +129,7 @@ void forkcopy_parent(void)
         ;                               /* EOF if the fork failed */
     fdguard_put();
     fdguard_close(&fork_pipe[0]);
-    segment_protect_shared(1);          /* (all of it, if a part failed) */
+    segment_protect_shared(1, NULL);    /* (all of it, if a part failed) */
     __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
     barrier_mine = 0;
@@ -134,15 +143,19 @@ void forkcopy_child_copy(void)
         return;
     child_done = 1;
     fdguard_fork_child();               /* (maybe before the atfork handler) */
-    int err = segment_child_refile();
-    if (err)
-        sd_fatal("fork: cannot give the child its own copy of the meshed "
-                 "slabs (errno %d)", err);
-    if (child_realias)
-        child_realias();
+    if (forkcopy_shared) {
+        int err = segment_child_refile();
+        if (err)
+            sd_fatal("fork: cannot give the child its own copy of the meshed "
+                     "slabs (errno %d)", err);
+        if (child_realias)
+            child_realias();
+    }
     uffd_fork_child();                  /* the inherited one is the parent's */
     if (uffd_ready())
         segment_register_all();         /* the new mappings */
+    if (!forkcopy_shared)
+        return;
     char c = 1;
     if (fork_pipe[1] >= 0 && write(fork_pipe[1], &c, 1) < 0) { /* the parent sees EOF */ }
     fdguard_close(&fork_pipe[1]);

@@ -727,9 +727,10 @@ static int fork_shared(const struct segment *seg, unsigned i)
 }
 
 /* fn over each run of adjacent slots of the meshing segments for which
- * want() holds; stops at the first error.  Kind locks held. */
+ * want() holds; stops at the first error.  Kind locks held.  *runs (if
+ * not NULL) counts the runs. */
 static int for_each_run(int (*want)(const struct segment *, unsigned),
-                        int (*fn)(void *p, size_t size))
+                        int (*fn)(void *p, size_t size), size_t *runs)
 {
     for (unsigned kind = 0; kind < SEG_NKINDS; kind++) {
         struct seg_kind *k = &kinds[kind];
@@ -748,6 +749,8 @@ static int for_each_run(int (*want)(const struct segment *, unsigned),
                 int err = fn(slot_addr(seg, i), (size_t)(j - i) << seg->slot_shift);
                 if (err)
                     return err;
+                if (runs)
+                    ++*runs;
                 i = j;
             }
         }
@@ -758,9 +761,20 @@ static int for_each_run(int (*want)(const struct segment *, unsigned),
 static int protect_ro(void *p, size_t size) { return os_protect(p, size, 0); }
 static int protect_rw(void *p, size_t size) { return os_protect(p, size, 1); }
 
-int segment_protect_shared(int writable)
+int segment_protect_shared(int writable, size_t *runs)
 {
-    return for_each_run(fork_shared, writable ? protect_rw : protect_ro);
+    return for_each_run(fork_shared, writable ? protect_rw : protect_ro, runs);
+}
+
+static int count_only(void *p, size_t size)
+{
+    (void)p, (void)size;
+    return 0;
+}
+
+void segment_count_shared(size_t *runs)
+{
+    for_each_run(fork_shared, count_only, runs);
 }
 
 static int refile_run(void *p, size_t size)
@@ -778,7 +792,7 @@ static int refile_run(void *p, size_t size)
 int segment_child_refile(void)
 {
     filed_lock = (sd_spin)SD_SPIN_INIT;     /* a purge may have held it */
-    return for_each_run(child_filed, refile_run);
+    return for_each_run(child_filed, refile_run, NULL);
 }
 
 static int register_segment(void *p, size_t size)
@@ -795,7 +809,7 @@ static int whole(const struct segment *seg, unsigned i)
 
 void segment_register_all(void)
 {
-    for_each_run(whole, register_segment);
+    for_each_run(whole, register_segment, NULL);
 }
 
 void segment_lock_all(void)

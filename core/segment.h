@@ -91,12 +91,13 @@ int segment_addr_filed(const void *p);
 /* Fork (core/forkcopy.c; kind locks held).  segment_protect_shared makes
  * every slot that may map shared memory (filed slots, mesh aliases, stale
  * aliases, slots a purge or restore has taken) read-only (0) or writable
- * again (1), and nothing else.  segment_child_refile, in the child
+ * again (1), and nothing else; *runs (if not NULL) counts the ranges.  segment_child_refile, in the child
  * (single-threaded), gives each of those but the aliases an object of the
  * child's own with the same bytes (then filed); the meshing layer re-creates
  * the aliases.  segment_register_all registers every meshing segment with
  * the userfaultfd barrier.  0 or errno. */
-int segment_protect_shared(int writable);
+int segment_protect_shared(int writable, size_t *runs);
+void segment_count_shared(size_t *runs);
 int segment_child_refile(void);
 void segment_register_all(void);
 

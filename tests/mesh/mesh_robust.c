@@ -20,8 +20,9 @@
  *   rawfork   _Fork, syscall(SYS_fork), syscall(SYS_clone) and clone()
  *             without CLONE_VM give the child a private heap both ways;
  *             vfork + exec and posix_spawn work
- *   rlimit    RLIMIT_AS set after start-up: 256 MiB of 1000-byte blocks
- *             under a limit 320 MiB above the address space in use
+ *
+ * The address-space limits are tests/robust/aslimit.sh's, a fork from a
+ * signal handler tests/robust/forksig.sh's.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -37,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -433,39 +433,4 @@ Test(robust, rawfork, .timeout = 120)
           "posix_spawn failed");
     check_kept(60, "after vfork and posix_spawn");
     free_kept();
-}
-
-/* ---- rlimit ---- */
-
-static size_t vm_size(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmSize:", 7))
-            kb = strtoul(line + 7, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb << 10;
-}
-
-Test(robust, rlimit, .timeout = 120)
-{
-    sparse(70);
-    free_kept();
-    size_t limit = vm_size() + (320UL << 20);
-    struct rlimit rl = { limit, limit };
-    CHECK(setrlimit(RLIMIT_AS, &rl) == 0, "setrlimit");
-    enum { N = (256 << 20) / 1000 };
-    char **p = malloc(N * sizeof *p);
-    CHECK(p, "malloc of the array");
-    for (unsigned i = 0; i < N; i++) {
-        p[i] = malloc(1000);
-        CHECK(p[i], "malloc failed after %u MiB under RLIMIT_AS", (unsigned)((size_t)i * 1000 >> 20));
-        p[i][0] = (char)i;
-    }
-    for (unsigned i = 0; i < N; i++)
-        free(p[i]);
-    free(p);
 }

@@ -94,10 +94,6 @@ IGNORE=(
 )
 # With SLABDEFRAG_MESH=1 only, one reason each:
 IGNORE_MESH=(
-    # a child lists its open descriptors and expects only 0-2 and the ones
-    # passed: meshing holds its own (the arena's memfd, a userfaultfd, the
-    # shrinker's eventfd and pressure file, all close-on-exec, from 512 up)
-    "test_subprocess test_pass_fds_redirected"
     # starts 100 children that sleep 100 s, then expects each to die of
     # its SIGTERM; with meshing each fork waits until the child has copied
     # the arena (core/forkcopy.c), so a fork costs two scheduler wake-ups:
