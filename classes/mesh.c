@@ -167,6 +167,7 @@ void mesh_init(void)
     if (err) {
         sd_warn("SLABDEFRAG_MESH=1: cannot install the mesh barrier's handler (errno %d); "
                 "meshing off", err);
+        stats.off_reason = "the SIGSEGV handler of the write barrier could not be installed";
         return;
     }
     size_t max = sd_opt.mesh_max_maps ? sd_opt.mesh_max_maps

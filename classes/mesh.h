@@ -50,7 +50,8 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s);
 size_t mesh_restore(uint64_t deadline);
 
 struct mesh_stats {
-    int      enabled;           /* SLABDEFRAG_MESH=1 and the arena is up */
+    int      enabled;           /* SLABDEFRAG_MESH=1 and its handler is in */
+    const char *off_reason;     /* SLABDEFRAG_MESH=1 but off: why, else NULL */
     int      handler_lost;      /* our SIGSEGV handler was replaced: stopped */
     const char *barrier;        /* "uffd" or "mprotect" (core/heapfile.h) */
     uint64_t passes;            /* mesh passes */
@@ -59,9 +60,9 @@ struct mesh_stats {
     uint64_t bytes_released;    /* by meshing */
     uint64_t aliases;           /* aliases now */
     uint64_t maps, max_maps;    /* mappings meshing holds (2 per alias and
-                                   per run of filed hosts), cap */
-    uint64_t filed;             /* hosts in anonymous segments made
-                                   file-backed, now (core/segment.c) */
+                                   per filed host), cap */
+    uint64_t filed;             /* slots made shared objects to host a
+                                   mesh, now (core/segment.c) */
     uint64_t map_limit_hits;    /* meshes refused by the cap */
     uint64_t time_ns;           /* time spent meshing, in total */
     uint64_t longest_pause_ns;  /* the longest a slab stayed write-protected */

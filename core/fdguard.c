@@ -4,9 +4,10 @@
  *
  * Locking: guard_lock (a spin lock, a leaf) guards the table of slots.
  * A use is counted in `users` (and in the thread's depth, so that uses
- * nest); a move raises `moving`, waits for `users` to reach zero, and new
- * uses wait for `moving` to fall.  The mover holds guard_lock throughout,
- * so moves are one at a time.
+ * nest); a move takes move_lock (moves are one at a time), raises
+ * `moving`, waits for `users` to reach zero, and only then takes
+ * guard_lock for the move itself: a use may close its descriptor, which
+ * takes guard_lock.  New uses wait for `moving` to fall.
  *
  * Opening a descriptor of ours races with the program's calls that close
  * or take numbers: a close(5) of a number the program never opened must
@@ -35,6 +36,7 @@
 int fdguard_count;
 static int *slots[FDGUARD_MAX];
 static sd_spin guard_lock = SD_SPIN_INIT;
+static sd_spin move_lock = SD_SPIN_INIT;    /* one move at a time */
 static unsigned users;                  /* uses in progress, all threads */
 static int moving;                      /* a move waits for the uses */
 static __thread unsigned depth;         /* this thread's uses */
@@ -187,13 +189,16 @@ void fdguard_evict(int fd)
 {
     if (!fdguard_is_ours(fd))
         return;
+    /* The wait happens outside guard_lock: a use in progress may close
+     * its descriptor (a failed ioctl), which takes guard_lock. */
+    sd_spin_lock(&move_lock);
+    __atomic_store_n(&moving, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&users, __ATOMIC_SEQ_CST) > (depth ? 1u : 0u))
+        sched_yield();
     sd_spin_lock(&guard_lock);
     for (unsigned i = 0; i < FDGUARD_MAX; i++) {
         if (!slots[i] || *slots[i] != fd)
             continue;
-        __atomic_store_n(&moving, 1, __ATOMIC_SEQ_CST);
-        while (__atomic_load_n(&users, __ATOMIC_SEQ_CST) > (depth ? 1u : 0u))
-            sched_yield();
         int hi = raw_dup_high(fd);
         if (hi >= 0) {
             __atomic_store_n(slots[i], hi, __ATOMIC_RELEASE);
@@ -205,9 +210,10 @@ void fdguard_evict(int fd)
             lost++;
         }
         raw_close(fd);
-        __atomic_store_n(&moving, 0, __ATOMIC_RELEASE);
     }
     sd_spin_unlock(&guard_lock);
+    __atomic_store_n(&moving, 0, __ATOMIC_RELEASE);
+    sd_spin_unlock(&move_lock);
 }
 
 void fdguard_stats(unsigned long *m, unsigned long *l)
@@ -219,6 +225,7 @@ void fdguard_stats(unsigned long *m, unsigned long *l)
 void fdguard_fork_child(void)
 {
     guard_lock = (sd_spin)SD_SPIN_INIT;
+    move_lock = (sd_spin)SD_SPIN_INIT;
     open_lock = (sd_spin)SD_SPIN_INIT;
     creating = 0;
     inflight = 0;

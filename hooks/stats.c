@@ -230,6 +230,8 @@ static void text_totals(struct out *o, const struct totals *t)
                 (unsigned long)m.filed, (unsigned long)m.maps, (unsigned long)m.max_maps, m.barrier,
                 m.map_limit_hits ? " (map limit reached: meshing stopped)" : "",
                 m.handler_lost ? " (SIGSEGV handler replaced: meshing stopped)" : "");
+    else if (m.off_reason)
+        out_fmt(o, "Mesh: off: %s\n", m.off_reason);
 }
 
 /* ---------------------------------------------------------------- */
@@ -320,13 +322,14 @@ static void json_totals(struct out *o, const struct totals *t)
             "\"aliases\":%lu,\"bytes_released\":%lu,\"time_us\":%lu,"
             "\"longest_pause_us\":%lu,\"fault_waits\":%lu,\"syscall_retries\":%lu,"
             "\"filed\":%lu,\"maps\":%lu,\"max_maps\":%lu,\"map_limit_hits\":%lu,\"handler_lost\":%s,"
-            "\"barrier\":\"%s\"}",
+            "\"barrier\":\"%s\",\"off_reason\":%s%s%s}",
             m.enabled ? "true" : "false", (unsigned long)m.meshes,
             (unsigned long)m.unmeshes, (unsigned long)m.aliases,
             (unsigned long)m.bytes_released, (unsigned long)(m.time_ns / 1000),
             (unsigned long)(m.longest_pause_ns / 1000), (unsigned long)m.fault_waits,
             (unsigned long)m.syscall_retries, (unsigned long)m.filed, (unsigned long)m.maps,
-            (unsigned long)m.max_maps, (unsigned long)m.map_limit_hits, m.handler_lost ? "true" : "false", m.barrier);
+            (unsigned long)m.max_maps, (unsigned long)m.map_limit_hits, m.handler_lost ? "true" : "false", m.barrier,
+            m.off_reason ? "\"" : "", m.off_reason ? m.off_reason : "null", m.off_reason ? "\"" : "");
 }
 
 /* ---------------------------------------------------------------- */
