@@ -1,17 +1,17 @@
 /*
- * classes/mesh.c - transparent meshing of sparse malloc slabs (issue 6).
+ * classes/mesh.c - transparent meshing of sparse malloc slabs.
  *
  * Two slabs of one malloc class whose live objects sit at disjoint slot
  * indices share one set of physical pages: the live objects of the source
  * A are copied into the target B's pages at the same offsets, A's virtual
- * range is remapped onto B's file pages (core/heapfile.c) and A's own pages
- * are released.  No pointer changes: an object of A keeps its A address
- * and reads and writes through it reach B's pages.  A page slab lives in
- * anonymous memory until it is a host (core/segment.c, "Anonymous
- * segments"): a B that is not file-backed yet is made so first, under a
- * barrier of its own (heapfile_file: its bytes copied into its own file
- * offset, the file mapped there), and then counts a mapping like an alias
- * (per run of adjacent filed slots) against the mapping budget.
+ * range is remapped onto B's pages (core/heapfile.c) and A's own pages
+ * are released by that remap.  No pointer changes: an object of A keeps
+ * its A address and reads and writes through it reach B's pages.  A slab
+ * lives in private anonymous memory until it is a host (core/segment.c,
+ * "Anonymous segments"): a B that is not filed yet is made so first,
+ * under a barrier of its own (heapfile_file: its bytes copied into a
+ * shared anonymous object of its own, moved over its address), and then
+ * counts a mapping like an alias against the mapping budget.
  *
  * ---------------------------------------------------------------------
  * States.  B (the host) stays an ordinary slab: PARTIAL, FULL, ACTIVE...
@@ -25,11 +25,11 @@
  * A's geometry, which equals B's.  When the host empties it is never
  * retained: cache_slab_release() calls mesh_unmesh_host(), which gives
  * each alias's slot back as a stale alias (core/segment.c: mesh_restore
- * maps it back onto its own hole-punched, zero, file pages later, in
- * runs, or onto anonymous zero memory in an anonymous segment), then the host's pages are released as any released slab's.
+ * maps anonymous zero memory over it later, in runs), then the host's
+ * pages are released as any released slab's.
  *
  * Which slabs.  Only PARTIAL slabs of malloc classes of at most
- * MESH_SMALL_MAX (2 KiB) bytes without debugging, in the arena.  Larger
+ * MESH_SMALL_MAX (2 KiB) bytes without debugging.  Larger
  * classes hold few objects per slab and little of a fragmented heap
  * (Redis: under 1%; frag's RSS/live 4.28 with them, 4.53 without), and
  * they are where I/O buffers live - stdio's 4 KiB buffers are refilled by
@@ -72,7 +72,7 @@
  * calls included, and the release after the remap wakes it (core/uffd.h:
  * the remapped range is a new, unregistered mapping, so no stale
  * protection is left).  With mprotect a user-mode writer waits in
- * core/heapfile.c's SIGSEGV handler, but the kernel does not fault: a
+ * core/barrier.c's SIGSEGV handler, but the kernel does not fault: a
  * read(2) into an object of a slab being meshed fails with EFAULT during
  * the copy (Mesh has the same limit).  The preload layer retries the
  * common receiving calls - read, pread, readv, preadv, recv, recvfrom,
@@ -112,11 +112,12 @@
  *  member, never inside a live object.  The free pointer sits inside the
  *  object for malloc classes (fpo 0 < size), so no write leaves slot i.
  *
- * Fork: see core/heapfile.h (the child copies the arena and re-creates the
- * aliases from the MESHED descriptors).  The default is off: with meshing
- * on, every fork copies the live heap instead of sharing it copy-on-write
- * and parks the parent's writers until the child has copied - a cost a
- * fork-heavy server (Redis's BGSAVE) must opt into.
+ * Fork: see core/heapfile.h (the child copies the shared slots and
+ * re-creates the aliases from the MESHED descriptors).  The default is
+ * off: with meshing on, a fork copies the meshed slabs instead of sharing
+ * them copy-on-write and parks the parent's writers to them until the
+ * child has copied - a cost a fork-heavy server (Redis's BGSAVE) must opt
+ * into.
  */
 #include "mesh.h"
 
@@ -235,8 +236,8 @@ void mesh_init(void)
  * (Fisher-Yates, as SLUB's CONFIG_SLAB_FREELIST_RANDOM and Mesh's shuffle
  * vectors), which also breaks patterns no rotation does, at a price: the
  * objects a program allocates one after the other land anywhere in their
- * slab - python's dict/str churn spent 0.45 s more in its 2.6 s fill with
- * the permutation than with the rotation (README, issue 16).  Unlike
+ * slab, which costs locality (python's dict and str churn fills slower
+ * with the permutation than with the rotation).  Unlike
  * Mesh, frees are not shuffled: an object freed and allocated again
  * reuses its slot (LIFO), which keeps the fast path a plain list pop and
  * push; the pattern the rotation breaks is the one a fresh heap is
@@ -566,11 +567,11 @@ static int mesh_cache(struct sd_cache *c, unsigned kind, uint32_t cap,
 /* ---------------------------------------------------------------- */
 /* Which classes a pass meshes                                       */
 
-/* Policy (issue 16).  Meshing costs the program: each mesh write-protects
- * a slab, copies it, remaps it (TLB shootdowns, mmap_lock) and punches a
- * hole in the arena file, and a host that empties is unmeshed (another
- * remap).  python's churn made 16,714 meshes and undid 16,703 of them: its
- * survivors are deleted later, so the meshes were all cost.  Two rules:
+/* Policy.  Meshing costs the program: each mesh write-protects a slab,
+ * copies it and remaps it (TLB shootdowns, mmap_lock), and a host that
+ * empties is unmeshed (another remap); a program whose survivors are
+ * deleted soon after (python's churn) would undo nearly every mesh.  Two
+ * rules:
  *   - busy: a class that refilled its per-CPU stacks (or threads' active
  *     slabs) MESH_BUSY_REFILLS times a second or more (over the last quarter
  *     second or more)
@@ -734,7 +735,7 @@ size_t mesh_unmesh_host(struct sd_cache *c, struct slab *s)
         __atomic_fetch_sub(&stats.aliases, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&stats.unmeshes, 1, __ATOMIC_RELAXED);
         cache_stat_add(c, SD_STAT_UNMESHES, 1);
-        /* Mapped back onto its own (punched, zero) pages later, with its
+        /* Anonymous zero memory mapped back over it later, with its
          * neighbours: mesh_restore (core/segment.c, "Stale aliases"). */
         segment_slab_free_alias(a);
         n++;
