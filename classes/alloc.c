@@ -158,7 +158,20 @@ REFILL_STEP int refill_from_cache(struct sd_cache *c, struct tbin *b)
     return 1;
 }
 
+static void *alloc_slow_body(struct sd_cache *c, struct tbin *b);
+
+/* errno is ENOMEM on failure and untouched on success: a lock's futex
+ * wait or an OS call on the way may set it, glibc's malloc never does. */
 void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
+{
+    int saved = errno;
+    void *p = alloc_slow_body(c, b);
+    if (likely(p))
+        errno = saved;
+    return p;
+}
+
+static void *alloc_slow_body(struct sd_cache *c, struct tbin *b)
 {
     struct tcache *t = &sd_tc;
     /* A malloc cache may not be set up yet (this thread's first call while
@@ -349,7 +362,18 @@ void cache_free_thread(struct slab *s, void *p, const char *call)
     tcache_leave(t);
 }
 
+static void free_slow_body(struct slab *s, void *p, const char *call);
+
+/* free() keeps errno (glibc 2.33+): a release's madvise or munmap, or a
+ * lock's futex wait, may set it. */
 void cache_free_slow(struct slab *s, void *p, const char *call)
+{
+    int saved = errno;
+    free_slow_body(s, p, call);
+    errno = saved;
+}
+
+static void free_slow_body(struct slab *s, void *p, const char *call)
 {
     tcache_check_get(call);
     if (pcpu_on() && !sd_tc.pcpu &&

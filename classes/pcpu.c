@@ -278,7 +278,20 @@ void pcpu_get_info(struct pcpu_info *out)
 /* ---------------------------------------------------------------- */
 /* Slow paths                                                        */
 
+static void *refill_body(struct sd_cache *c);
+
+/* errno: ENOMEM on failure, untouched on success (a futex wait or an OS
+ * call on the way may set it). */
 void *pcpu_alloc_slow(struct sd_cache *c)
+{
+    int saved = errno;
+    void *p = refill_body(c);
+    if (likely(p))
+        errno = saved;
+    return p;
+}
+
+static void *refill_body(struct sd_cache *c)
 {
     struct tcache *t = &sd_tc;
     tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
@@ -352,7 +365,17 @@ void *pcpu_alloc_slow(struct sd_cache *c)
     return buf[0];
 }
 
+static void drain_body(struct slab *s, void *p, const char *call, int why);
+
+/* free() keeps errno (glibc 2.33+). */
 void pcpu_free_slow(struct slab *s, void *p, const char *call, int why)
+{
+    int saved = errno;
+    drain_body(s, p, call, why);
+    errno = saved;
+}
+
+static void drain_body(struct slab *s, void *p, const char *call, int why)
 {
     struct tcache *t = &sd_tc;
     tcache_check_get(call);
