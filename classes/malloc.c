@@ -32,6 +32,10 @@ static inline void *malloc_small(size_t n)
         if (unlikely(!p))
             return pcpu_alloc_slow(&sd_malloc_caches[cls]);
         pcpu_tsan_acquire(p);
+        /* The free tag (core/slab.h): the second word, as the malloc
+         * classes keep their free pointer at 0 (debug ones never come off
+         * a stack). */
+        ((uintptr_t *)p)[1] = 0;
         return p;
     }
 #endif

@@ -307,7 +307,7 @@ static void *refill_body(struct sd_cache *c)
         void *p = pcpu_pop(t->pcpu, rs, c->id);
         if (p) {
             pcpu_tsan_acquire(p);
-            return p;
+            return cache_untag(c, p);
         }
         bounds = __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED);
     }
@@ -362,7 +362,7 @@ static void *refill_body(struct sd_cache *c)
     else
         __atomic_fetch_add(limbo_end, 1, __ATOMIC_RELEASE);
     cache_decay_tick();
-    return buf[0];
+    return cache_untag(c, buf[0]);
 }
 
 static void drain_body(struct slab *s, void *p, const char *call, int why);
