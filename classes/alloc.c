@@ -158,7 +158,20 @@ REFILL_STEP int refill_from_cache(struct sd_cache *c, struct tbin *b)
     return 1;
 }
 
+static void *alloc_slow_body(struct sd_cache *c, struct tbin *b);
+
+/* errno is ENOMEM on failure and untouched on success: a lock's futex
+ * wait or an OS call on the way may set it, glibc's malloc never does. */
 void *cache_alloc_slow(struct sd_cache *c, struct tbin *b)
+{
+    int saved = errno;
+    void *p = alloc_slow_body(c, b);
+    if (likely(p))
+        errno = saved;
+    return p;
+}
+
+static void *alloc_slow_body(struct sd_cache *c, struct tbin *b)
 {
     struct tcache *t = &sd_tc;
     /* A malloc cache may not be set up yet (this thread's first call while
@@ -257,6 +270,8 @@ static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
     SD_ASSERT(sd_spin_held(&s->lock));
     void *p = s->freelist;
     s->freelist = slab_get_next(s, p);
+    if (s->tagged)
+        *slab_tag(s, p) = 0;                /* handed out */
     if (!s->freelist)
         cache_slab_unpurge_locked(c, s);    /* a PARTIAL slab keeps one */
     __atomic_store_n(&s->inuse, s->inuse + 1, __ATOMIC_RELAXED);  /* refill peeks */
@@ -323,6 +338,8 @@ void *cache_alloc_thread(struct sd_cache *c, struct tbin *b)
          * pointers are checked against it (core/slab.h). */
         b->free = slab_get_next(b->slab, p);
         b->nfree--;
+        if (b->slab->tagged)
+            *slab_tag(b->slab, p) = 0;
     } else {
         p = cache_alloc_slow(c, b);
     }
@@ -330,26 +347,55 @@ void *cache_alloc_thread(struct sd_cache *c, struct tbin *b)
     return p;
 }
 
+/* Is p's free tag set (p an object of s)?  Then p is free, or held the key. */
+static inline int tag_set(const struct slab *s, void *p)
+{
+    return s->tagged && unlikely(*slab_tag(s, p) == sd_free_tag);
+}
+
 void cache_free_thread(struct slab *s, void *p, const char *call)
 {
     struct tcache *t = &sd_tc;
     tcache_enter(t);
-    if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token) &&
-        likely(slab_contains(s, p))) {
+    int inside = slab_contains(s, p);
+    if (likely(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token) && likely(inside)) {
         /* Our active slab or one on our ring: its local list, which the
          * allocation path takes over when the private list runs dry. */
-        if (unlikely(p == s->local_free))
+        if (likely(s->tagged)) {
+            uintptr_t *tag = slab_tag(s, p), key = sd_free_tag;
+            if (unlikely(*tag == key))
+                goto tagged;
+            *tag = key;
+        } else if (unlikely(p == s->local_free)) {
             report_double_free(call, p, s->cache);
+        }
         slab_set_next(s, p, s->local_free);
         s->local_free = p;
         s->nlocal++;
+    } else if (inside && tag_set(s, p)) {
+        goto tagged;
     } else {
         cache_free_slow(s, p, call);
     }
     tcache_leave(t);
+    return;
+tagged:                                 /* it looks at other threads' lists */
+    tcache_leave(t);
+    cache_free_tagged(s, p, call);
 }
 
+static void free_slow_body(struct slab *s, void *p, const char *call);
+
+/* free() keeps errno (glibc 2.33+): a release's madvise or munmap, or a
+ * lock's futex wait, may set it. */
 void cache_free_slow(struct slab *s, void *p, const char *call)
+{
+    int saved = errno;
+    free_slow_body(s, p, call);
+    errno = saved;
+}
+
+static void free_slow_body(struct slab *s, void *p, const char *call)
 {
     tcache_check_get(call);
     if (pcpu_on() && !sd_tc.pcpu &&
@@ -383,6 +429,8 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
         cache_free_fast(s, p, call);
         return;
     }
+    if (s->tagged)
+        *slab_tag(s, p) = sd_free_tag;
     slab_set_next(s, p, s->freelist);
     __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);   /* the owner peeks */
     __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);  /* refill peeks */
@@ -394,6 +442,91 @@ void cache_free_slow(struct slab *s, void *p, const char *call)
         cache_slab_release(c, s);
     else if (went_empty)
         cache_release_empty(c, 0);          /* decay the older empties */
+}
+
+/* ---------------------------------------------------------------- */
+/* Free tags (core/slab.h): is a tagged object free?                 */
+
+/* Is p on the list that starts at `head`, of free objects of s?  At most
+ * capacity steps; a pointer outside the slab ends the walk. */
+static int list_has(const struct slab *s, void *head, const void *p)
+{
+    void *q = head;
+    for (uint32_t n = 0; q && n <= s->capacity; n++) {
+        if (q == p)
+            return 1;
+        q = slab_next_raw(s, q);
+        if (q && !slab_contains(s, q))
+            return 0;
+    }
+    return 0;
+}
+
+/* Per-thread mode: p on this thread's lists of s (its owner). */
+static int own_lists_have(struct slab *s, void *p)
+{
+    struct tcache *t = &sd_tc;
+    tcache_enter(t);
+    int found = 0;
+    if (__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == t->token) {
+        struct tbin *b = tcache_bin_of(t, s->bin);
+        found = list_has(s, s->local_free, p) ||
+                (b && b->slab == s && list_has(s, b->free, p));
+    }
+    tcache_leave(t);
+    return found;
+}
+
+void cache_free_tagged(struct slab *s, void *p, const char *call)
+{
+    tcache_check_get(call);
+    int saved = errno;
+    /* A mesh alias's object is its host's, at the same offset. */
+    struct slab *h = s;
+    void *hp = p;
+    sd_spin_lock(&s->lock);
+    if (s->state == SLAB_MESHED && s->mesh_host) {
+        h = s->mesh_host;
+        hp = h->start + ((char *)p - s->start);
+    }
+    sd_spin_unlock(&s->lock);
+    struct sd_cache *c = h->cache;
+    unsigned st = __atomic_load_n(&h->state, __ATOMIC_RELAXED);
+    if (!slab_state_live(st) || !c || c->debug) {
+        cache_free_slow(s, p, call);        /* debug's own report, or routed */
+        errno = saved;
+        return;
+    }
+    /* Every free object of h onto its freelist first (a frozen slab's
+     * are there already: its vacate or mesh drained them). */
+    int found = 0;
+    uintptr_t owner = __atomic_load_n(&h->owner, __ATOMIC_RELAXED);
+    if (st != SLAB_FROZEN) {
+        if (pcpu_on())
+            pcpu_quiesce(c, h);
+        else if (owner == sd_tc.token)
+            found = own_lists_have(h, hp);
+        else if (owner)
+            tcache_reclaim(1);
+    }
+    sd_spin_lock(&h->lock);
+    st = h->state;
+    owner = h->owner;
+    /* Released or emptied by the drain: no object of it was live. */
+    found = found || !slab_state_live(st) || list_has(h, h->freelist, hp);
+    /* Still another thread's, which was inside the allocator: its lists
+     * cannot be read, and the tag says free. */
+    found = found || (owner && owner != sd_tc.token);
+    if (found) {
+        sd_spin_unlock(&h->lock);
+        report_double_free(call, p, c);
+    }
+    /* Not free: the program stored the key in a live object.  Cleared
+     * under the lock (no get() reads it meanwhile), then freed. */
+    *slab_tag(h, hp) = 0;
+    sd_spin_unlock(&h->lock);
+    errno = saved;
+    cache_free_fast(s, p, call);
 }
 
 void free_not_slab(void *p, const char *call)
@@ -536,6 +669,8 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
                 sd_spin_unlock(&s->lock);
                 report_double_free(call, p, c);
             }
+            if (s->tagged)
+                *slab_tag(s, p) = sd_free_tag;
             slab_set_next(s, p, s->freelist);
             __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
             __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);

@@ -50,6 +50,22 @@ void report_invalid(const char *call, const void *p)
     __attribute__((noreturn, cold));
 void report_double_free(const char *call, const void *p,
                         const struct sd_cache *c) __attribute__((noreturn, cold));
+/* A free of p whose free tag was set (core/slab.h, "Free tags"): p is
+ * looked for among the free objects of its slab, after every CPU's stack
+ * and transfer cache (per-CPU mode) or the idle threads' lists
+ * (per-thread mode) went back to it; found, or its slab no longer live:
+ * a double free, reported; otherwise a live object that held the key
+ * itself, freed.  No lock held by the caller. */
+void cache_free_tagged(struct slab *s, void *p, const char *call)
+    __attribute__((noinline, cold));
+
+/* Clear the free tag of p, an object of c just taken for the program. */
+static inline void *cache_untag(const struct sd_cache *c, void *p)
+{
+    if (likely(c->tagged))
+        *(uintptr_t *)((char *)p + c->fp_off + sizeof(void *)) = 0;
+    return p;
+}
 
 /* Take up to n objects of c from one of its slabs (the first partial one,
  * else a retained empty or a new slab), counted in use there; *got says
@@ -85,7 +101,7 @@ static inline void *pcpu_alloc(struct sd_cache *c, unsigned id, char *base)
     if (unlikely(!p))
         return pcpu_alloc_slow(c);
     pcpu_tsan_acquire(p);
-    return p;
+    return cache_untag(c, p);
 #else
     return NULL;
 #endif
@@ -112,13 +128,24 @@ static inline void *cache_alloc_fast(struct sd_cache *c, struct tbin *b)
 void cache_free_thread(struct slab *s, void *p, const char *call)
     __attribute__((noinline));
 
-/* Free an object of slab s (found from p); call names the entry point. */
+/* Free an object of slab s (found from p); call names the entry point.
+ * A set free tag goes to cache_free_tagged; per-CPU mode writes it here,
+ * before the push that makes p another thread's to pop; per-thread mode
+ * in cache_free_thread (its own slabs) or under the slab lock. */
 static inline void cache_free_fast(struct slab *s, void *p, const char *call)
 {
 #if SD_HAVE_RSEQ
     char *base = sd_tc.pcpu;
     if (likely(base)) {
         if (likely(slab_contains(s, p))) {
+            if (likely(s->tagged)) {
+                uintptr_t *tag = slab_tag(s, p);
+                if (unlikely(*tag == sd_free_tag)) {
+                    cache_free_tagged(s, p, call);
+                    return;
+                }
+                *tag = sd_free_tag;
+            }
             pcpu_tsan_release(p);
             int why = pcpu_push(base, rseq_self(), s, p);
             if (likely(why == 0))

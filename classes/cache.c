@@ -134,6 +134,17 @@
  * its slab, and a drain with a fence (pcpu_drain) after freezing empties
  * the stacks of the slab's objects before get() sees it.
  *
+ * The free tag (core/slab.h) is a word of the object, not slab state: the
+ * freeing thread writes it while the object is still its own (before the
+ * push that hands it on, or on its own slab's local list, or under the
+ * slab lock); the thread that takes the object for the program clears it.
+ * Slabs of caches with get() whose objects hold their free pointer carry
+ * none (tagged 0): get() may read any word of the objects it is handed,
+ * one just taken from a stack included, and finds them as the program
+ * left them.  A free that finds it set
+ * (cache_free_tagged) drains the stacks like a vacate (pcpu_quiesce) or
+ * reclaims idle threads, then looks under the slab lock.
+ *
  * Cross-thread frees in per-thread mode take the slab lock rather than a
  * lock-free remote list: a free that empties or un-fills a slab must move
  * it between lists under the list lock anyway, the lock is per slab so
@@ -258,6 +269,7 @@ static void cache_setup(struct sd_cache *c, uint16_t id, const char *name,
     sizeclass_geometry(size, &kind, &c->capacity);
     c->kind = (uint8_t)kind;
     c->refcount = 1;
+    c->tagged = 1;
     c->list_lock = (sd_mutex)SD_MUTEX_INIT;
     list_init(&c->partial);
     list_init(&c->empty);
@@ -348,9 +360,10 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
     if (align < SD_MIN_ALIGN)
         align = SD_MIN_ALIGN;
     /* With a ctor, a free object must stay constructed (SLUB puts the free
-     * pointer past the object then): the stride gets a word for it. */
+     * pointer past the object then): the stride gets a word for it, and
+     * one for the free tag (core/slab.h). */
     size_t fp_off = ctor ? (size + sizeof(void *) - 1) & ~(sizeof(void *) - 1) : 0;
-    size_t need = ctor ? fp_off + sizeof(void *) : size;
+    size_t need = ctor ? fp_off + 2 * sizeof(void *) : size;
     uint32_t stride = (uint32_t)((need + align - 1) & ~(align - 1));
     int merge = !ctor && !ops && !(flags & SD_NO_MERGE);
 
@@ -391,6 +404,7 @@ struct sd_cache *cache_create(const char *name, size_t size, size_t align,
         c->ops = *ops;
         c->has_ops = 1;
     }
+    c->tagged = c->fp_off != 0 || !c->has_ops;
     __atomic_store_n(&sd_caches[id], c, __ATOMIC_RELEASE);
     sd_mutex_unlock(&sd_caches_lock);
     return c;
@@ -430,6 +444,7 @@ struct slab *cache_slab_new(struct sd_cache *c)
                __atomic_add_fetch(&slabs_made, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ULL;
     }
     slab_format(s, c->size, cap, c->fp_off, c->ctor, order, seed);
+    s->tagged = c->tagged;
     s->cache = c;
     s->bin = c->id;
     slab_set_state(s, SLAB_UNUSED);     /* fbin: none until it is allocated from */

@@ -26,6 +26,11 @@ struct sd_cache {
     uint8_t   debug;            /* SD_DEBUG_* letters for this cache */
     uint8_t   has_ops;          /* both get and kick */
     uint8_t   dead;             /* destroyed (id never reused) */
+    uint8_t   tagged;           /* free objects carry the free tag (core/
+                                   slab.h): all but those of caches with
+                                   get() that hold their free pointer at 0
+                                   (no ctor, no debug), as get() may read
+                                   any word of an object it is handed */
     uint32_t  object_size;      /* bytes the caller asked for */
     uint32_t  size;             /* bytes between objects */
     uint32_t  align;            /* bytes */

@@ -57,7 +57,7 @@ static uint32_t round8(uint32_t v) { return (v + 7u) & ~7u; }
 void debug_geometry(struct sd_cache *c)
 {
     uint32_t meta = round8(c->object_size) + (c->debug & SD_DEBUG_Z ? RZ_BYTES : 0);
-    uint32_t end = meta + 16 +
+    uint32_t end = meta + 24 +
         (c->debug & SD_DEBUG_U ? 2 * (uint32_t)sizeof(struct debug_track) : 0);
     uint32_t align = c->align;
     if (c->id < SD_NCLASSES) {
@@ -79,12 +79,12 @@ void debug_geometry(struct sd_cache *c)
 
 static uint64_t *state_word(const struct sd_cache *c, void *p)
 {
-    return (uint64_t *)((char *)p + c->fp_off + 8);
+    return (uint64_t *)((char *)p + c->fp_off + 16);
 }
 
 static struct debug_track *tracks(const struct sd_cache *c, void *p)
 {
-    return (struct debug_track *)((char *)p + c->fp_off + 16);
+    return (struct debug_track *)((char *)p + c->fp_off + 24);
 }
 
 /* ---------------------------------------------------------------- */

@@ -9,8 +9,9 @@
  *   [0, object_size)        the object (poisoned 0x6b..0xa5 while free, P)
  *   [object_size, meta)     red zone, 0xcc (Z; at least 16 bytes)
  *   [meta, meta+8)          free pointer (c->fp_off == meta)
- *   [meta+8, meta+16)       state word: DEBUG_LIVE / DEBUG_FREE / 0 (fresh)
- *   [meta+16, +2 tracks)    allocation and last-free call sites (U)
+ *   [meta+8, meta+16)       free tag (core/slab.h, "Free tags")
+ *   [meta+16, meta+24)      state word: DEBUG_LIVE / DEBUG_FREE / 0 (fresh)
+ *   [meta+24, +2 tracks)    allocation and last-free call sites (U)
  *
  * meta = round8(object_size) + (Z ? 16 : 0).  The free pointer lives past
  * the object so that poisoning covers every byte and a ctor's state stays.

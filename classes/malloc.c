@@ -32,6 +32,10 @@ static inline void *malloc_small(size_t n)
         if (unlikely(!p))
             return pcpu_alloc_slow(&sd_malloc_caches[cls]);
         pcpu_tsan_acquire(p);
+        /* The free tag (core/slab.h): the second word, as the malloc
+         * classes keep their free pointer at 0 (debug ones never come off
+         * a stack). */
+        ((uintptr_t *)p)[1] = 0;
         return p;
     }
 #endif
@@ -45,13 +49,18 @@ static __attribute__((noinline)) void *malloc_large(size_t n, size_t align, int 
         errno = ENOMEM;
         return NULL;
     }
+    int saved = errno;              /* untouched on success, as glibc */
     large_decay();
-    return large_alloc(n, align, zero);
+    void *p = large_alloc(n, align, zero);
+    if (p)
+        errno = saved;
+    return p;
 }
 
 /* Allocations that crossed a sample point (classes/sample.h). */
 static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int zero)
 {
+    int saved = errno;
     int how = sample_check(n);
     void *p;
     if (n <= SD_MAX_SMALL) {
@@ -63,12 +72,15 @@ static __attribute__((noinline, cold)) void *malloc_sampled(size_t n, int zero)
     }
     if (how)
         sample_taken(p, n, how);
+    if (p)
+        errno = saved;
     return p;
 }
 
 /* Frees of objects that may be sampled: the sample goes first. */
 static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p)
 {
+    int saved = errno;
     if (s) {
         sample_slab_freed(s, p);
         cache_free_fast(s, p, "free");
@@ -76,6 +88,7 @@ static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p
         sample_freed(p);
         free_not_slab(p, "free");
     }
+    errno = saved;
 }
 
 /* ----------------------------------------------------------------
@@ -297,7 +310,10 @@ void *sdm_realloc(void *p, size_t n)
             return NULL;
         }
         if (((uintptr_t)p & (SD_PAGE_SIZE - 1)) == 0) {
+            int saved = errno;
             void *q = large_realloc(p, n);
+            if (q)
+                errno = saved;
             if (q && unlikely(__atomic_load_n(&sd_sample_large, __ATOMIC_RELAXED)))
                 sd_sample_ops->moved(p, q, n);
             return q;
@@ -345,12 +361,13 @@ int sdm_posix_memalign(void **out, size_t align, size_t n)
 {
     if (align < sizeof(void *) || (align & (align - 1)))
         return EINVAL;
+    /* As glibc: EINVAL leaves errno alone (above); ENOMEM comes with
+     * errno ENOMEM, which the allocation set; success leaves it alone. */
     int saved = errno;
     void *p = sdm_memalign(align, n);
     if (!p) {
-        int err = errno;
-        errno = saved;
-        return err ? err : ENOMEM;
+        errno = ENOMEM;
+        return ENOMEM;
     }
     errno = saved;
     *out = p;

@@ -319,7 +319,20 @@ void pcpu_get_info(struct pcpu_info *out)
 /* ---------------------------------------------------------------- */
 /* Slow paths                                                        */
 
+static void *refill_body(struct sd_cache *c);
+
+/* errno: ENOMEM on failure, untouched on success (a futex wait or an OS
+ * call on the way may set it). */
 void *pcpu_alloc_slow(struct sd_cache *c)
+{
+    int saved = errno;
+    void *p = refill_body(c);
+    if (likely(p))
+        errno = saved;
+    return p;
+}
+
+static void *refill_body(struct sd_cache *c)
 {
     struct tcache *t = &sd_tc;
     tcache_check_get(c->is_malloc ? "malloc" : "sd_cache_alloc");
@@ -335,7 +348,7 @@ void *pcpu_alloc_slow(struct sd_cache *c)
         void *p = pcpu_pop(t->pcpu, rs, c->id);
         if (p) {
             pcpu_tsan_acquire(p);
-            return p;
+            return cache_untag(c, p);
         }
         bounds = __atomic_load_n(bounds_of(h), __ATOMIC_RELAXED);
     }
@@ -390,10 +403,20 @@ void *pcpu_alloc_slow(struct sd_cache *c)
     else
         __atomic_fetch_add(limbo_end, 1, __ATOMIC_RELEASE);
     cache_decay_tick();
-    return buf[0];
+    return cache_untag(c, buf[0]);
 }
 
+static void drain_body(struct slab *s, void *p, const char *call, int why);
+
+/* free() keeps errno (glibc 2.33+). */
 void pcpu_free_slow(struct slab *s, void *p, const char *call, int why)
+{
+    int saved = errno;
+    drain_body(s, p, call, why);
+    errno = saved;
+}
+
+static void drain_body(struct slab *s, void *p, const char *call, int why)
 {
     struct tcache *t = &sd_tc;
     tcache_check_get(call);

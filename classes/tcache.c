@@ -17,6 +17,8 @@
  */
 #include "tcache.h"
 
+#include <errno.h>
+
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -276,6 +278,7 @@ void tcache_enter_wait(struct tcache *t)
 {
     if (TC_GATE_DEPTH(t->gate) > 1)     /* nested: the outer entry was seen */
         return;
+    int saved = errno;                  /* the lock's futex wait may set it */
     while (__atomic_load_n(&t->revoked, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&t->gate, t->gate - TC_GATE_IN, __ATOMIC_RELAXED);
         sd_mutex_lock(&reclaim_lock);       /* the shrinker is done with t */
@@ -283,6 +286,7 @@ void tcache_enter_wait(struct tcache *t)
         __atomic_store_n(&t->gate, t->gate + TC_GATE_IN, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
     }
+    errno = saved;
 }
 
 static int holds_slabs(const struct tcache *t)

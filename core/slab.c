@@ -11,12 +11,13 @@
 #include "fmt.h"
 
 uintptr_t sd_fp_key, sd_fp_mask;
+/* Nonzero before slab_harden_init: fresh memory reads zero, never a tag. */
+uintptr_t sd_free_tag = 0x9e3779b97f4a7c15ULL;
 const char *(*slab_cache_name)(const struct slab *s);
 
-void slab_harden_init(int on)
+/* A random word: getrandom, or the exec's AT_RANDOM bytes mixed. */
+static uint64_t random_word(int which)
 {
-    if (!on || sd_fp_mask)
-        return;
     uint64_t k = 0;
     if (getrandom(&k, sizeof k, GRND_NONBLOCK) != (ssize_t)sizeof k) {
         /* No getrandom (seccomp, old kernel): the kernel's AT_RANDOM bytes
@@ -24,10 +25,23 @@ void slab_harden_init(int on)
         const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM);
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        k = (r ? r[1] : 0) ^ (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^
+        k = (r ? r[which] : 0) ^ (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^
             (uint64_t)(uintptr_t)&k;
     }
-    sd_fp_key = (uintptr_t)(k | 1);
+    return k;
+}
+
+void slab_harden_init(int on)
+{
+    static int tag_done;
+    if (!tag_done) {
+        uint64_t t = random_word(0);
+        sd_free_tag = (uintptr_t)(t ? t : 1);
+        tag_done = 1;
+    }
+    if (!on || sd_fp_mask)
+        return;
+    sd_fp_key = (uintptr_t)(random_word(1) | 1);
     sd_fp_mask = ~(uintptr_t)0;
 }
 

@@ -23,7 +23,8 @@
  * out.  With hardening off, mask is 0: the plain pointer, unchecked. */
 extern SD_HIDDEN uintptr_t sd_fp_key, sd_fp_mask;
 
-/* Choose the key (once, before the first slab is formatted). */
+/* Choose the key (once, before the first slab is formatted), and the
+ * free tag (whether hardening is on or not). */
 void slab_harden_init(int on);
 /* Names the cache of a slab in the report (set by the layer above). */
 extern SD_HIDDEN const char *(*slab_cache_name)(const struct slab *s);
@@ -48,6 +49,30 @@ static inline void slab_set_next(const struct slab *s, void *p, void *next)
 {
     void **fp = slab_fp(s, p);
     *fp = (void *)((uintptr_t)next ^ slab_fp_mix(fp));
+}
+
+/* ---------------------------------------------------------------------
+ * Free tags (glibc's tcache key).  Every free writes sd_free_tag, a
+ * per-process random word, into the freed object at byte fpo + 8, and
+ * every allocation clears it; a free that finds the tag already there is
+ * of an object that is free now, wherever it sits (a CPU's stack, a
+ * transfer cache, a thread's list, a slab's freelist), so it goes to
+ * cache_free_tagged (classes/alloc.h), which finds it on its slab's lists
+ * before it reports a double free: a program that stored the key itself
+ * loses nothing.  One load and compare per free, one store per allocation.
+ * fpo + 8 is the object's second word (every stride is at least 16), or,
+ * for a ctor, the word after the free pointer past the object (the stride
+ * has room for both); for SLABDEFRAG_DEBUG, the word after its free
+ * pointer (classes/debug.h).  Slabs of caches with get() and neither a
+ * ctor nor debugging carry none (tagged 0; classes/cache.h): a get() may
+ * read any word of an object it is handed, and a double free of theirs is
+ * caught only on top of a stack or a freelist.  Objects on purged pages
+ * lose theirs (the page reads back zero). */
+extern SD_HIDDEN uintptr_t sd_free_tag;
+
+static inline uintptr_t *slab_tag(const struct slab *s, void *p)
+{
+    return (uintptr_t *)((char *)p + s->fpo + sizeof(void *));
 }
 
 /* How slab_format orders a new slab's freelist (meshing, classes/mesh.c:

@@ -26,7 +26,8 @@
  *   (feeding), count in inuse: they are free for the program but not on
  *   the freelist
  *   free objects hold the next-free pointer at byte fpo: 0, or past the
- *   object for caches with a ctor (a free object stays constructed).
+ *   object for caches with a ctor (a free object stays constructed); and
+ *   the free tag at byte fpo + 8 (core/slab.h, "Free tags").
  *
  * Invariants (purged pages, classes/cache.c): a free object that overlaps
  * a page of s->purged is on no freelist and not counted in inuse:
@@ -124,7 +125,9 @@ struct slab {
     uintptr_t owner;          /* tcache token of the active thread, or 0 */
     char     *start;          /* first object */
     uint64_t  inv;            /* inverse of size's odd part mod 2^64 */
-    uint64_t  divlim;         /* capacity - 1: slab_contains */
+    uint32_t  divlim;         /* capacity - 1: slab_contains */
+    uint8_t   tagged;         /* its free objects carry the free tag
+                                 (core/slab.h): the cache's tagged */
     void     *local_free;     /* ACTIVE/OWNED: the owner's frees, no lock */
     /* Second line: the locked paths. */
     uint32_t  capacity;       /* objects per slab */
