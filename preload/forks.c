@@ -43,25 +43,33 @@ static void parent(void)
     errno = e;
 }
 
+/* The next definition of name, looked up at the first call (dlsym may
+ * allocate: never from inside the allocator, which does not fork).  NULL,
+ * errno ENOSYS, if there is none. */
+static void *next_symbol(void **cache, const char *name)
+{
+    void *f = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+    if (!f) {
+        if (!(f = syscalls_next_symbol(name, NULL))) {
+            errno = ENOSYS;
+            return NULL;
+        }
+        __atomic_store_n(cache, f, __ATOMIC_RELEASE);
+    }
+    return f;
+}
+
 /* ---------------------------------------------------------------- */
 /* _Fork                                                             */
 
 typedef pid_t fork_fn(void);
 
-/* The next definition, looked up at the first call (dlsym may allocate:
- * never from inside the allocator, which does not fork). */
 SD_EXPORT pid_t _Fork(void)
 {
-    static fork_fn *next;
-    fork_fn *f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
-    if (!f) {
-        f = (fork_fn *)syscalls_next_symbol("_Fork", NULL);
-        if (!f) {
-            errno = ENOSYS;
-            return -1;
-        }
-        __atomic_store_n(&next, f, __ATOMIC_RELEASE);
-    }
+    static void *next;
+    fork_fn *f = (fork_fn *)next_symbol(&next, "_Fork");
+    if (!f)
+        return -1;
     fork_raw_prepare();
     pid_t r = f();
     if (r == 0)
@@ -98,16 +106,10 @@ SD_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
     void *tls = va_arg(ap, void *);     /* as glibc's own clone does) */
     pid_t *ctid = va_arg(ap, pid_t *);
     va_end(ap);
-    static clone_fn *next;
-    clone_fn *f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
-    if (!f) {
-        f = (clone_fn *)syscalls_next_symbol("clone", NULL);
-        if (!f) {
-            errno = ENOSYS;
-            return -1;
-        }
-        __atomic_store_n(&next, f, __ATOMIC_RELEASE);
-    }
+    static void *next;
+    clone_fn *f = (clone_fn *)next_symbol(&next, "clone");
+    if (!f)
+        return -1;
     if (flags & CLONE_VM)               /* a thread, or vfork-like */
         return f(fn, stack, flags, arg, ptid, tls, ctid);
     struct clone_call c = { fn, arg };

@@ -285,15 +285,7 @@ static const unsigned char ret42[] = { 0xb8, 0x2a, 0x00, 0x00, 0x00, 0xc3 };  /*
 
 static size_t vmlck_kb(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmLck:", 6))
-            kb = strtoul(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
+    return status_kb("VmLck:");
 }
 
 struct blocks { char *ro, *rx, *none, *lck, *dontfork, *wipe; size_t lck_kb; };

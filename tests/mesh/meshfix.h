@@ -79,17 +79,23 @@ static inline void load_geometry(void)
            "of %zu\n", geo.stride, geo.slab, geo.window, geo.block);
 }
 
-static inline size_t rss_kb(void)
+/* A kB field of /proc/self/status ("VmRSS:", "VmLck:"...), 0 if absent. */
+static inline size_t status_kb(const char *field)
 {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
-    size_t kb = 0;
+    size_t kb = 0, n = strlen(field);
     while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6))
-            kb = strtoul(line + 6, NULL, 10);
+        if (!strncmp(line, field, n))
+            kb = strtoul(line + n, NULL, 10);
     if (f)
         fclose(f);
     return kb;
+}
+
+static inline size_t rss_kb(void)
+{
+    return status_kb("VmRSS:");
 }
 
 /* Objects kept after the sparse free, and their fill value. */
