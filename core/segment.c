@@ -21,6 +21,15 @@
  *          mapped afresh there, so no alias is left)
  *   1 0 1  a stale alias: released, still mapped onto its mesh host's
  *          pages ("Stale aliases"); its descriptor is UNUSED
+ * Slots from nslots to the end of the 4 MiB (none but under an
+ * address-space limit: "Address space") are not mapped and have no state:
+ * their bits stay 0 and their descriptors zero, nothing hands them out or
+ * walks them (every walk stops at nslots), and segment_slab_of does not
+ * find them; another mapping may hold their addresses, and then the
+ * segment grows no more (grow 0) and its slots are those below nslots.
+ * nslots only grows, under the kind lock (segment_grow_locked), with a
+ * relaxed atomic store: segment_slab_of reads it without the lock, and a
+ * pointer into a slot can only be known once the lock released it.
  *
  * Dirty slots.  Meshing's arena (core/heapfile.h) gives a released slab's
  * pages back with a hole punch, which zaps the range in every mapping of
@@ -132,9 +141,11 @@ struct seg_kind {
     size_t ndirty;              /* free dirty slots */
     uint64_t dirty_since;       /* ns when ndirty last left 0 */
     size_t nstale;              /* stale aliases */
+    size_t mapped;              /* bytes of its segments mapped */
+    size_t ngrow;               /* segments that may grow ("Address space") */
 };
 
-#define KIND_INIT(i) { SD_MUTEX_INIT, { &kinds[i].segs, &kinds[i].segs }, 0, 0, 0, 0, 0 }
+#define KIND_INIT(i) { SD_MUTEX_INIT, { &kinds[i].segs, &kinds[i].segs }, 0, 0, 0, 0, 0, 0, 0 }
 static struct seg_kind kinds[SEG_NKINDS] = {
     KIND_INIT(0), KIND_INIT(1), KIND_INIT(2), KIND_INIT(3), KIND_INIT(4),
 };
@@ -146,31 +157,107 @@ static size_t purged_runs, purged_slots, reused_slots;  /* statistics */
 static void (*purger)(void);    /* wakes the thread that purges dirty
                                    slots and restores stale aliases */
 
-static struct segment *segment_new(unsigned kind)
+static void seg_nfree_add(struct seg_kind *k, struct segment *seg, int n);
+
+/* ---------------------------------------------------------------- */
+/* Address space                                                     */
+
+/* An address-space limit (RLIMIT_AS) counts every page mapped, touched or
+ * not: a segment mapped whole costs 4 MiB when it holds a few slabs, for
+ * each slab kind in use (with meshing, each big class's own segment of
+ * page slabs too: "Small slabs").  So while a limit is set (os_as_limited,
+ * as for chunks: core/extent.c), a new segment maps its header and its
+ * first slot, rounded up to GROW_STEP, and grows at its end by GROW_STEP
+ * (or one slot, if that is all that fits) when all its slots are taken
+ * (a class's own segment when it is full, any other when all of the kind
+ * are: segment_room_locked), into the rest of its 4 MiB with
+ * MAP_FIXED_NOREPLACE.  The address is still 4 MiB
+ * aligned (the segment map finds it), and the slots past nslots are
+ * neither mapped nor handed out.  That rest is a gap any mapping may take;
+ * a segment whose growth finds one there stops growing for good (grow 0),
+ * and its usable slots are those it has.  Without a limit, segments are
+ * mapped whole at once, as address space costs nothing then. */
+#define GROW_STEP (256UL << 10)
+
+static size_t round_step(size_t bytes)
 {
-    void *mem;
-    if (os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
-        return NULL;
-    if (os_guard(mem, SEG_GUARD))
-        return NULL;                    /* out of mappings: ENOMEM */
-    struct segment *seg = segment_at((uintptr_t)mem);
+    return (bytes + GROW_STEP - 1) & ~(GROW_STEP - 1);
+}
+
+static struct segment *segment_new(struct seg_kind *k, unsigned kind)
+{
     unsigned shift = seg_kind_shift(kind);
-    unsigned nslots = (unsigned)(SD_SEGMENT_SIZE >> shift);
-    size_t hdr = SEG_GUARD + sizeof(struct segment) + nslots * sizeof(struct slab);
+    unsigned cap = (unsigned)(SD_SEGMENT_SIZE >> shift);
+    size_t hdr = SEG_GUARD + sizeof(struct segment) + cap * sizeof(struct slab);
+    unsigned first = (unsigned)((hdr + (1UL << shift) - 1) >> shift);
+    size_t size = SD_SEGMENT_SIZE;
+    if (os_as_limited()) {
+        size = round_step((size_t)(first + 1) << shift);
+        if (size > SD_SEGMENT_SIZE)
+            size = SD_SEGMENT_SIZE;
+    }
+    void *mem;
+    if (os_map_aligned(size, SD_SEGMENT_SIZE, &mem))
+        return NULL;
+    if (os_guard(mem, SEG_GUARD)) {
+        os_unmap(mem, size);
+        return NULL;                    /* out of mappings: ENOMEM */
+    }
+    struct segment *seg = segment_at((uintptr_t)mem);
+    unsigned nslots = (unsigned)(size >> shift);
     seg->magic = SEGMENT_MAGIC;
     seg->kind = (uint8_t)kind;
     seg->slot_shift = (uint8_t)shift;
     seg->nslots = (uint16_t)nslots;
-    seg->first = (uint16_t)((hdr + (1UL << shift) - 1) >> shift);
-    seg->nfree = (uint16_t)(nslots - seg->first);
+    seg->first = (uint16_t)first;
+    seg->nfree = (uint16_t)(nslots - first);
     seg->hint = seg->first;
     seg->anon = (uint8_t)heapfile_on;     /* its slots may be filed */
-    for (unsigned i = 0; i < seg->first; i++)
+    seg->grow = nslots < cap;
+    for (unsigned i = 0; i < first; i++)
         seg->used[i >> 6] |= 1ULL << (i & 63);
+    k->ngrow += seg->grow;
+    __atomic_store_n(&k->mapped, k->mapped + size, __ATOMIC_RELAXED);
     uintptr_t bit = (uintptr_t)mem >> SD_SEGMENT_SHIFT;
     __atomic_fetch_or(&segment_map[bit >> 6], 1ULL << (bit & 63),
                       __ATOMIC_RELEASE);
     return seg;
+}
+
+/* Map more of seg at its end, GROW_STEP or else one slot (the kind's lock
+ * held): 0; ENOMEM, nothing fits (the limit); EEXIST, another mapping is
+ * there, and seg grows no more.  The new slots are free and zero. */
+static int segment_grow_locked(struct seg_kind *k, struct segment *seg)
+{
+    SD_ASSERT(sd_mutex_held(&k->lock) && seg->grow);
+    unsigned shift = seg->slot_shift;
+    size_t end = (size_t)seg->nslots << shift;
+    size_t tries[2] = { GROW_STEP, 1UL << shift };
+    int err = ENOMEM;
+    for (int t = 0; t < 2; t++) {
+        size_t g = tries[t];
+        if (g > SD_SEGMENT_SIZE - end)
+            g = SD_SEGMENT_SIZE - end;
+        if (t && g >= tries[0])
+            break;                      /* the same as the first try */
+        err = os_map_at((char *)seg - SEG_GUARD + end, g);
+        if (!err) {
+            unsigned n = (unsigned)(g >> shift);
+            __atomic_store_n(&seg->nslots, (uint16_t)(seg->nslots + n), __ATOMIC_RELAXED);
+            __atomic_store_n(&k->mapped, k->mapped + g, __ATOMIC_RELAXED);
+            if (end + g == SD_SEGMENT_SIZE) {
+                seg->grow = 0;
+                k->ngrow--;
+            }
+            seg_nfree_add(k, seg, (int)n);
+            return 0;
+        }
+    }
+    if (err == EEXIST) {
+        seg->grow = 0;
+        k->ngrow--;
+    }
+    return err;
 }
 
 /* A kind's ndirty and nstale, written under its lock and read without it
@@ -293,6 +380,43 @@ static int slot_find(struct segment *seg)
     return -1;
 }
 
+/* A segment of the kind with a free slot when the one looked at (the
+ * list's head, or *own) has none (the lock held): one grown at its end
+ * ("Address space"; *own, or any), else a new one (then *own); NULL if
+ * neither can be mapped. */
+static struct segment *segment_room_locked(struct seg_kind *k, unsigned kind,
+                                           struct segment **own)
+{
+    struct segment *seg;
+    if (k->ngrow) {
+        if (own) {
+            seg = *own;
+            int err = seg && seg->grow ? segment_grow_locked(k, seg) : EEXIST;
+            if (!err)
+                return seg;
+            if (err == ENOMEM)
+                return NULL;
+        } else {
+            for (struct sd_list *l = k->segs.next; l != &k->segs; l = l->next) {
+                seg = list_entry(l, struct segment, link);
+                int err = seg->grow ? segment_grow_locked(k, seg) : EEXIST;
+                if (!err)
+                    return seg;
+                if (err == ENOMEM)
+                    return NULL;
+            }
+        }
+    }
+    seg = segment_new(k, kind);
+    if (!seg)
+        return NULL;
+    list_add_head(&k->segs, &seg->link);
+    k->nsegs++;
+    if (own)
+        *own = seg;
+    return seg;
+}
+
 struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
 {
     size_t populate = 0;
@@ -313,16 +437,12 @@ struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
         else if (!list_empty(&k->segs))
             seg = list_entry(k->segs.next, struct segment, link);
         if (!seg || !seg->nfree) {
-            seg = segment_new(kind);
+            seg = segment_room_locked(k, kind, own);
             if (!seg) {
                 sd_mutex_unlock(&k->lock);
                 errno = ENOMEM;
                 return NULL;
             }
-            list_add_head(&k->segs, &seg->link);
-            k->nsegs++;
-            if (own)
-                *own = seg;
         }
         i = slot_find(seg);
         SD_ASSERT(i >= 0 && !bit_get(seg->dirty, (unsigned)i));   /* none dirty: dirty_find */
@@ -331,7 +451,7 @@ struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
          * and clean (not taken, so no alias or host maps them): fault the
          * whole run in. */
         unsigned n = (unsigned)(SMALL_RUN >> seg->slot_shift);
-        if (own && !((unsigned)i & (n - 1))) {
+        if (own && !((unsigned)i & (n - 1)) && (unsigned)i + n <= seg->nslots) {
             populate = (size_t)SMALL_RUN;
             for (unsigned j = (unsigned)i + 1; j < (unsigned)i + n; j++)
                 if (bit_get(seg->used, j) || bit_get(seg->dirty, j))
@@ -703,7 +823,7 @@ void segment_usage(size_t *mapped, size_t *slots_used)
 {
     size_t m = 0, u = 0;
     for (unsigned kind = 0; kind < SEG_NKINDS; kind++) {
-        m += __atomic_load_n(&kinds[kind].nsegs, __ATOMIC_RELAXED) * SD_SEGMENT_SIZE;
+        m += __atomic_load_n(&kinds[kind].mapped, __ATOMIC_RELAXED);
         u += __atomic_load_n(&kinds[kind].used, __ATOMIC_RELAXED);
     }
     if (mapped) *mapped = m;

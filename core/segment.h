@@ -5,7 +5,10 @@
  * equal slots, one slab per slot.  Segments are never unmapped (a slab
  * descriptor stays readable for the life of the process, so a stale
  * pointer handed to sd_vacate() or free() is diagnosed, not a crash); the
- * memory of free slots is purged back to the OS.
+ * memory of free slots is purged back to the OS.  Under an address-space
+ * limit a segment maps only its first slots and grows at its end
+ * (segment.c, "Address space"): the rest of its 4 MiB may hold other
+ * mappings, which segment_slab_of does not take for slabs.
  */
 #ifndef SD_CORE_SEGMENT_H
 #define SD_CORE_SEGMENT_H
@@ -105,8 +108,10 @@ void segment_register_all(void);
  * kind locks. */
 void segment_guard_all(int locked);
 
-/* The segment holding p, or NULL if p is not in one of ours.  A bit set
- * (release) before any pointer into the segment is handed out. */
+/* The segment whose 4 MiB hold p, or NULL if p is not in one of ours.  A
+ * bit set (release) before any pointer into the segment is handed out.
+ * Under an address-space limit p may be past the slots mapped, in another
+ * mapping (segment.c, "Address space"). */
 static inline struct segment *segment_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
@@ -119,8 +124,10 @@ static inline struct segment *segment_of(const void *p)
 }
 
 /* The slab descriptor of the slot holding p, in any state, or NULL if p is
- * not in one of our segments.  The header slots have descriptors too,
- * always UNUSED (zero): callers check the state. */
+ * not in one of our segments' mapped slots (past them, under an
+ * address-space limit, another mapping may hold p: a huge block, say).
+ * The header slots have descriptors too, always UNUSED (zero): callers
+ * check the state.  nslots sits in the cache line of slot_shift. */
 static inline struct slab *segment_slab_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
@@ -131,7 +138,10 @@ static inline struct slab *segment_slab_of(const void *p)
         return NULL;
     uintptr_t base = a & ~(SD_SEGMENT_SIZE - 1);
     struct segment *seg = segment_at(base);
-    return &seg->slabs[(a - base) >> seg->slot_shift];
+    uintptr_t slot = (a - base) >> seg->slot_shift;
+    if (unlikely(slot >= __atomic_load_n(&seg->nslots, __ATOMIC_RELAXED)))
+        return NULL;
+    return &seg->slabs[slot];
 }
 
 /* Iterate over every slab descriptor in use (for fork, stats, validation).
@@ -139,7 +149,8 @@ static inline struct slab *segment_slab_of(const void *p)
  * holds them (segment_lock_all). */
 void segment_for_each_slab(void (*fn)(struct slab *s, void *arg), void *arg,
                            int locked);
-/* Bytes of address space mapped for segments, and slots in use. */
+/* Bytes of address space mapped for segments (their mapped slots), and
+ * slots in use. */
 void segment_usage(size_t *mapped, size_t *slots_used);
 
 /* Fork support: take/release every kind lock. */
