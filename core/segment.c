@@ -112,6 +112,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "extent.h"
 #include "heapfile.h"
 #include "options.h"
 #include "os.h"
@@ -175,9 +176,43 @@ static void seg_nfree_add(struct seg_kind *k, struct segment *seg, int n);
  * aligned (the segment map finds it), and the slots past nslots are
  * neither mapped nor handed out.  That rest is a gap any mapping may take;
  * a segment whose growth finds one there stops growing for good (grow 0),
- * and its usable slots are those it has.  Without a limit, segments are
- * mapped whole at once, as address space costs nothing then. */
+ * and its usable slots are those it has.  The kernel puts a mapping at
+ * the top of the highest gap that fits, and the 64 MiB of a chunk past its
+ * mapped end is such a gap: segments placed there leave the chunk no room
+ * to grow, and each new chunk costs its 1.16 MiB header.  So under a limit
+ * a new segment goes right below the lowest segment, below the 64 MiB of
+ * any chunk in the way (segment_place), and where the kernel chooses only
+ * when PLACE_TRIES such spots are taken.  Without a limit, segments are
+ * mapped whole at once where the kernel chooses, as address space costs
+ * nothing then. */
 #define GROW_STEP (256UL << 10)
+#define PLACE_TRIES 16
+#define PLACE_FLOOR (1UL << 32)         /* no placing below 4 GiB */
+
+static uintptr_t seg_low;       /* the lowest segment's address (placement) */
+
+/* Map `size` bytes for a new segment under an address-space limit, 4 MiB
+ * aligned ("Address space").  0 or ENOMEM. */
+static int segment_place(size_t size, void **out)
+{
+    uintptr_t h = __atomic_load_n(&seg_low, __ATOMIC_RELAXED);
+    for (unsigned t = 0; h > PLACE_FLOOR && t < PLACE_TRIES; t++) {
+        h -= SD_SEGMENT_SIZE;
+        uintptr_t c = h >> XCHUNK_SHIFT;
+        if (__atomic_load_n(&xchunk_map[c >> 6], __ATOMIC_RELAXED) >> (c & 63) & 1) {
+            h = c << XCHUNK_SHIFT;      /* below that chunk's 64 MiB */
+            continue;
+        }
+        int err = os_map_at((void *)h, size);
+        if (!err) {
+            *out = (void *)h;
+            return 0;
+        }
+        if (err != EEXIST)
+            return ENOMEM;
+    }
+    return os_map_aligned(size, SD_SEGMENT_SIZE, out);
+}
 
 static size_t round_step(size_t bytes)
 {
@@ -191,13 +226,14 @@ static struct segment *segment_new(struct seg_kind *k, unsigned kind)
     size_t hdr = SEG_GUARD + sizeof(struct segment) + cap * sizeof(struct slab);
     unsigned first = (unsigned)((hdr + (1UL << shift) - 1) >> shift);
     size_t size = SD_SEGMENT_SIZE;
-    if (os_as_limited()) {
+    int limited = os_as_limited();
+    if (limited) {
         size = round_step((size_t)(first + 1) << shift);
         if (size > SD_SEGMENT_SIZE)
             size = SD_SEGMENT_SIZE;
     }
     void *mem;
-    if (os_map_aligned(size, SD_SEGMENT_SIZE, &mem))
+    if (limited ? segment_place(size, &mem) : os_map_aligned(size, SD_SEGMENT_SIZE, &mem))
         return NULL;
     if (os_guard(mem, SEG_GUARD)) {
         os_unmap(mem, size);
@@ -217,6 +253,11 @@ static struct segment *segment_new(struct seg_kind *k, unsigned kind)
     for (unsigned i = 0; i < first; i++)
         seg->used[i >> 6] |= 1ULL << (i & 63);
     k->ngrow += seg->grow;
+    uintptr_t low = __atomic_load_n(&seg_low, __ATOMIC_RELAXED);
+    while ((!low || (uintptr_t)mem < low) &&
+           !__atomic_compare_exchange_n(&seg_low, &low, (uintptr_t)mem, 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
     __atomic_store_n(&k->mapped, k->mapped + size, __ATOMIC_RELAXED);
     uintptr_t bit = (uintptr_t)mem >> SD_SEGMENT_SHIFT;
     __atomic_fetch_or(&segment_map[bit >> 6], 1ULL << (bit & 63),
