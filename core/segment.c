@@ -117,9 +117,23 @@
 #include "options.h"
 #include "os.h"
 
-/* A bit per 4 MiB of the 47-bit address space: 4 MiB of .bss, of which
- * only the pages covering our segments are ever touched. */
+/* The segment map.  A bit per 4 MiB of the upper half of the 47-bit user
+ * address space, [2^46, 2^47): 2 MiB of .bss, of which only the pages
+ * covering our segments are ever touched, but all of which an
+ * address-space limit counts (the whole space took 4 MiB).  Linux's
+ * default layout maps top-down from below the stack, near 2^47, so the
+ * kernel's choice is in that half; under the legacy layout (bottom-up from
+ * a third of the space: `ulimit -s unlimited`), or any other, a segment
+ * it puts below 2^46 is unmapped and placed as under a limit
+ * (segment_place), from PLACE_TOP down.  The lookup's cost is that of
+ * the whole space: the bound check compares instead of testing, and the
+ * index's offset is the load's displacement. */
 uint64_t segment_map[SEGMENT_MAP_WORDS];
+
+static int in_map(uintptr_t a)
+{
+    return a >> SEGMENT_MAP_LO_SHIFT == 1;
+}
 
 /* The bound on dirty bytes past which the thread releasing a slot purges
  * them all itself: DIRTY_SHIFT of the slab bytes in use, at least
@@ -180,23 +194,28 @@ static void seg_nfree_add(struct seg_kind *k, struct segment *seg, int n);
  * the top of the highest gap that fits, and the 64 MiB of a chunk past its
  * mapped end is such a gap: segments placed there leave the chunk no room
  * to grow, and each new chunk costs its 1.16 MiB header.  So under a limit
- * a new segment goes right below the lowest segment, below the 64 MiB of
- * any chunk in the way (segment_place), and where the kernel chooses only
+ * a new segment goes right below the lowest segment (the first at
+ * PLACE_TOP, far from the kernel's choices), below the 64 MiB of any
+ * chunk in the way (segment_place), and where the kernel chooses only
  * when PLACE_TRIES such spots are taken.  Without a limit, segments are
  * mapped whole at once where the kernel chooses, as address space costs
  * nothing then. */
 #define GROW_STEP (256UL << 10)
 #define PLACE_TRIES 16
-#define PLACE_FLOOR (1UL << 32)         /* no placing below 4 GiB */
+#define PLACE_TOP   (3UL << 45)         /* the first segment placed */
+#define PLACE_FLOOR (1UL << SEGMENT_MAP_LO_SHIFT)  /* "The segment map" */
 
 static uintptr_t seg_low;       /* the lowest segment's address (placement) */
 
-/* Map `size` bytes for a new segment under an address-space limit, 4 MiB
- * aligned ("Address space").  0 or ENOMEM. */
+/* Map `size` bytes for a new segment under an address-space limit, or
+ * where the kernel's choice is out of the segment map, 4 MiB aligned
+ * ("Address space", "The segment map").  0 or ENOMEM. */
 static int segment_place(size_t size, void **out)
 {
     uintptr_t h = __atomic_load_n(&seg_low, __ATOMIC_RELAXED);
-    for (unsigned t = 0; h > PLACE_FLOOR && t < PLACE_TRIES; t++) {
+    if (!h)
+        h = PLACE_TOP;
+    for (unsigned t = 0; h >= PLACE_FLOOR + SD_SEGMENT_SIZE && t < PLACE_TRIES; t++) {
         h -= SD_SEGMENT_SIZE;
         uintptr_t c = h >> XCHUNK_SHIFT;
         if (__atomic_load_n(&xchunk_map[c >> 6], __ATOMIC_RELAXED) >> (c & 63) & 1) {
@@ -211,7 +230,12 @@ static int segment_place(size_t size, void **out)
         if (err != EEXIST)
             return ENOMEM;
     }
-    return os_map_aligned(size, SD_SEGMENT_SIZE, out);
+    if (os_map_aligned(size, SD_SEGMENT_SIZE, out))
+        return ENOMEM;
+    if (in_map((uintptr_t)*out))
+        return 0;
+    os_unmap(*out, size);
+    return ENOMEM;
 }
 
 static size_t round_step(size_t bytes)
@@ -233,8 +257,18 @@ static struct segment *segment_new(struct seg_kind *k, unsigned kind)
             size = SD_SEGMENT_SIZE;
     }
     void *mem;
-    if (limited ? segment_place(size, &mem) : os_map_aligned(size, SD_SEGMENT_SIZE, &mem))
-        return NULL;
+    if (limited) {
+        if (segment_place(size, &mem))
+            return NULL;
+    } else {
+        if (os_map_aligned(size, SD_SEGMENT_SIZE, &mem))
+            return NULL;
+        if (!in_map((uintptr_t)mem)) {          /* "The segment map" */
+            os_unmap(mem, size);
+            if (segment_place(size, &mem))
+                return NULL;
+        }
+    }
     if (os_guard(mem, SEG_GUARD)) {
         os_unmap(mem, size);
         return NULL;                    /* out of mappings: ENOMEM */
@@ -259,7 +293,7 @@ static struct segment *segment_new(struct seg_kind *k, unsigned kind)
                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
     __atomic_store_n(&k->mapped, k->mapped + size, __ATOMIC_RELAXED);
-    uintptr_t bit = (uintptr_t)mem >> SD_SEGMENT_SHIFT;
+    uintptr_t bit = ((uintptr_t)mem >> SD_SEGMENT_SHIFT) - SEGMENT_MAP_BITS;
     __atomic_fetch_or(&segment_map[bit >> 6], 1ULL << (bit & 63),
                       __ATOMIC_RELEASE);
     return seg;

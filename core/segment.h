@@ -67,8 +67,27 @@ struct segment_dirty_stats {
 };
 void segment_dirty_stats(struct segment_dirty_stats *st);
 
-#define SEGMENT_MAP_WORDS ((1UL << (SD_VA_BITS - SD_SEGMENT_SHIFT)) / 64)
+/* The segment map: a bit per 4 MiB of the upper half of the user address
+ * space, [2^46, 2^47), where every segment is placed (segment.c, "The
+ * segment map"): 2 MiB, which an address-space limit counts. */
+#define SEGMENT_MAP_LO_SHIFT (SD_VA_BITS - 1)
+#define SEGMENT_MAP_BITS (1UL << (SEGMENT_MAP_LO_SHIFT - SD_SEGMENT_SHIFT))
+#define SEGMENT_MAP_WORDS (SEGMENT_MAP_BITS / 64)
 extern SD_HIDDEN uint64_t segment_map[SEGMENT_MAP_WORDS];
+
+/* Is the 4 MiB holding address a one of our segments?  from0 is where
+ * a map of the whole space would start (the map's address less its
+ * size): word a >> 28 of it, as with such a map, and the offset folds
+ * into the address's lea; the bound check is a compare more (fused with
+ * its jump). */
+static inline int segment_map_test(uintptr_t a)
+{
+    if (unlikely(a >> SEGMENT_MAP_LO_SHIFT != 1))
+        return 0;
+    const uint64_t *from0 = (const uint64_t *)((uintptr_t)segment_map - sizeof segment_map);
+    uintptr_t i = a >> SD_SEGMENT_SHIFT;
+    return (__atomic_load_n(&from0[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1) != 0;
+}
 
 /* The first page of every segment is a guard page (PROT_NONE) and the
  * header follows it: a linear overflow out of the last slab of the
@@ -115,10 +134,7 @@ void segment_guard_all(int locked);
 static inline struct segment *segment_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
-    if (unlikely(a >> SD_VA_BITS))
-        return NULL;
-    uintptr_t i = a >> SD_SEGMENT_SHIFT;
-    if (!(__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
+    if (!segment_map_test(a))
         return NULL;
     return segment_at(a & ~(SD_SEGMENT_SIZE - 1));
 }
@@ -131,10 +147,7 @@ static inline struct segment *segment_of(const void *p)
 static inline struct slab *segment_slab_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
-    if (unlikely(a >> SD_VA_BITS))
-        return NULL;
-    uintptr_t i = a >> SD_SEGMENT_SHIFT;
-    if (!(__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
+    if (!segment_map_test(a))
         return NULL;
     uintptr_t base = a & ~(SD_SEGMENT_SIZE - 1);
     struct segment *seg = segment_at(base);
