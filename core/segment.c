@@ -21,22 +21,16 @@
  *          mapped afresh there, so no alias is left)
  *   1 0 1  a stale alias: released, still mapped onto its mesh host's
  *          pages ("Stale aliases"); its descriptor is UNUSED
- * Slots from nslots to the end of the 4 MiB (none but under an
- * address-space limit: "Address space") are not mapped and have no state:
- * their bits stay 0 and their descriptors zero, nothing hands them out or
- * walks them (every walk stops at nslots), and segment_slab_of does not
- * find them; another mapping may hold their addresses, and then the
- * segment grows no more (grow 0) and its slots are those below nslots.
- * nslots only grows, under the kind lock (segment_grow_locked), with a
- * relaxed atomic store: segment_slab_of reads it without the lock, and a
- * pointer into a slot can only be known once the lock released it.
+ * Slots from nslots to the end of the 4 MiB ("Address space") are not
+ * mapped: bits 0 0 0, descriptors zero, never handed out or walked, not
+ * found by segment_slab_of; another mapping may hold them (then grow 0).
+ * nslots only grows, under the kind lock, with a relaxed store that
+ * segment_slab_of reads unlocked.
  *
  * Dirty slots.  Meshing's arena (core/heapfile.h) gives a released slab's
  * pages back with a hole punch, which zaps the range in every mapping of
  * the file and flushes the TLB of every CPU running the program - an IPI
- * each, which a virtual machine pays dearly: python's churn made 63,000
- * of them at 46 us (strace), against 32,000 madvise calls at 10 us
- * without meshing, and they were a third of its samples.  So with meshing
+ * each, which a virtual machine pays dearly.  So with meshing
  * a released slot is not punched at once: it stays dirty, a new slab of
  * the kind takes a dirty slot first (no page faults, no punch), and the
  * dirty slots are punched later in runs of adjacent slots, one call per
@@ -47,21 +41,17 @@
  * arena (meshing off) a released slot stays dirty too, but only up to
  * DIRTY_ANON_MAX bytes: past it the releasing thread purges them all with
  * one process_madvise(2) per PURGE_RUNS runs (os_purge_batch), whose one
- * TLB flush serves every range - 1.7 us a page against 25 us for a
- * madvise each while another CPU runs the program (a file page written
- * through a shared mapping is flushed range by range whatever the call,
- * so the arena's punches cannot batch).  python's churn: 31,400 madvise
- * calls before, 10,600 and 925 batches after, at the same speed; the
- * leftovers go with the decay tick or the shrinker's passes.
+ * TLB flush serves every range (a file page written through a shared
+ * mapping is flushed range by range whatever the call, so the arena's
+ * punches cannot batch); the leftovers go with the decay tick or the
+ * shrinker's passes.
  *
  * Anonymous segments.  A hole punch in the arena file costs a TLB flush
  * of its own whatever the call (a page written through a shared mapping
  * is flushed range by range), while purges of anonymous memory share one
- * (os_purge_batch), and python's churn releases tens of thousands of
- * scattered 4 KiB slots.  So every segment (the page slabs' since
- * 4967364, those of the other kinds too since: typed caches, which never
- * mesh, and the first slabs of every malloc class; the cooperating demos
- * with meshing went from 1.03-1.12x to 0.97-0.98x meshing off, 7 rounds)
+ * (os_purge_batch), and a program may release tens of thousands of
+ * scattered 4 KiB slots.  So every segment (of every kind: typed caches,
+ * which never mesh, and the first slabs of every malloc class too)
  * takes its place in the arena as private anonymous memory (seg->anon),
  * and only a slot that hosts a mesh is made file-backed ("filed": its
  * bytes copied into its own offset of the file and the file mapped there,
@@ -75,8 +65,7 @@
  * slab or is taken or dirty.  A fork child maps its own file over the
  * filed slots, the stale aliases and the slots a purge or restore had
  * taken (segment_child_map_file), and inherits the rest as any private
- * memory.  Python's churn with meshing: 1.51x -> 1.13x the time without
- * meshing, 193 -> 192 MiB (README, issue 16).
+ * memory.
  *
  * Small slabs.  The 4 and 8 KiB slabs of meshing's big malloc classes
  * (classes/mesh.c) are cut, for each class, from a segment of its own, in
@@ -84,22 +73,18 @@
  * of the kind still comes first), and a fresh one that starts a 16 KiB
  * run of its segment, the rest of the run free and clean, faults the
  * whole run in with one call (os_populate): the class's next slabs are
- * the rest of that run.  Before, the small slabs of every class were
- * interleaved page by page in shared segments, each faulted alone, and
- * python's fill (300k records; its cyclic GC walks every container, and
- * gc_collect_main took 65% more samples) ran 1.04-1.22x the time of
- * meshing off; now 0.92x (9 rounds interleaved; one call instead of four
- * faults, each a trip through the hypervisor on this project's guests,
- * and a class's slabs next to each other as one big slab's pages).  At
+ * the rest of that run: one call instead of four faults (each a trip
+ * through the hypervisor on a virtual machine), and a class's slabs next
+ * to each other as one big slab's pages, which a program walking its
+ * objects reads as fast as one big slab.  At
  * most three slots a class are faulted in ahead of use; they read back
  * zero, as free slots do, and are not purged until used and released.
  *
  * Stale aliases.  When a mesh host empties, each of its aliases must map
  * its own file pages again (a hole since the mesh: zero) before its slot
  * can hold a slab: an mmap and a userfaultfd registration, each changing
- * the page tables and taking mmap_lock for writing.  Python's interpreter
- * teardown unmeshed 8,000 aliases that way on its own thread.  Now the
- * alias's slot stays taken (segment_slab_free_alias) and is mapped back
+ * the page tables and taking mmap_lock for writing, thousands of them
+ * when a program tears its heap down.  So the alias's slot stays taken (segment_slab_free_alias) and is mapped back
  * later, in runs of adjacent slots, one mmap and one registration per run
  * (segment_restore_aliases: the shrinker's thread, the decay tick, every
  * explicit shrink).  Until then nothing reads or writes the range: the
@@ -117,17 +102,11 @@
 #include "options.h"
 #include "os.h"
 
-/* The segment map.  A bit per 4 MiB of the upper half of the 47-bit user
- * address space, [2^46, 2^47): 2 MiB of .bss, of which only the pages
- * covering our segments are ever touched, but all of which an
- * address-space limit counts (the whole space took 4 MiB).  Linux's
- * default layout maps top-down from below the stack, near 2^47, so the
- * kernel's choice is in that half; under the legacy layout (bottom-up from
- * a third of the space: `ulimit -s unlimited`), or any other, a segment
- * it puts below 2^46 is unmapped and placed as under a limit
- * (segment_place), from PLACE_TOP down.  The lookup's cost is that of
- * the whole space: the bound check compares instead of testing, and the
- * index's offset is the load's displacement. */
+/* The segment map: a bit per 4 MiB of [2^46, 2^47), the upper half of the
+ * user address space, where Linux's default layout maps (top-down from
+ * below the stack): 2 MiB of .bss, which an address-space limit counts.
+ * A segment the kernel puts below 2^46 (the legacy layout, `ulimit -s
+ * unlimited`) is unmapped and placed as under a limit (segment_place). */
 uint64_t segment_map[SEGMENT_MAP_WORDS];
 
 static int in_map(uintptr_t a)
@@ -179,27 +158,19 @@ static void seg_nfree_add(struct seg_kind *k, struct segment *seg, int n);
 
 /* An address-space limit (RLIMIT_AS) counts every page mapped, touched or
  * not: a segment mapped whole costs 4 MiB when it holds a few slabs, for
- * each slab kind in use (with meshing, each big class's own segment of
- * page slabs too: "Small slabs").  So while a limit is set (os_as_limited,
- * as for chunks: core/extent.c), a new segment maps its header and its
- * first slot, rounded up to GROW_STEP, and grows at its end by GROW_STEP
- * (or one slot, if that is all that fits) when all its slots are taken
- * (a class's own segment when it is full, any other when all of the kind
- * are: segment_room_locked), into the rest of its 4 MiB with
- * MAP_FIXED_NOREPLACE.  The address is still 4 MiB
- * aligned (the segment map finds it), and the slots past nslots are
- * neither mapped nor handed out.  That rest is a gap any mapping may take;
- * a segment whose growth finds one there stops growing for good (grow 0),
- * and its usable slots are those it has.  The kernel puts a mapping at
- * the top of the highest gap that fits, and the 64 MiB of a chunk past its
- * mapped end is such a gap: segments placed there leave the chunk no room
- * to grow, and each new chunk costs its 1.16 MiB header.  So under a limit
- * a new segment goes right below the lowest segment (the first at
- * PLACE_TOP, far from the kernel's choices), below the 64 MiB of any
- * chunk in the way (segment_place), and where the kernel chooses only
- * when PLACE_TRIES such spots are taken.  Without a limit, segments are
- * mapped whole at once where the kernel chooses, as address space costs
- * nothing then. */
+ * each kind in use (with meshing, each big class's own segment too).  So
+ * while a limit is set (os_as_limited, as for chunks), a new segment maps
+ * its header and first slot rounded up to GROW_STEP, and grows at its end
+ * (GROW_STEP, or one slot) with MAP_FIXED_NOREPLACE when its slots are all
+ * taken (segment_room_locked); it stays 4 MiB aligned for the map.  The
+ * rest of its 4 MiB is a gap any mapping may take: then the segment grows
+ * no more (grow 0).  The kernel maps at the top of the highest gap that
+ * fits, often the 64 MiB of a chunk past its mapped end, which segments
+ * there keep from growing (each new chunk costs a 1.16 MiB header): so a
+ * new segment goes right below the lowest one (the first at PLACE_TOP),
+ * below any chunk's 64 MiB in the way, and where the kernel chooses once
+ * PLACE_TRIES spots are taken.  Without a limit, segments are mapped
+ * whole where the kernel chooses. */
 #define GROW_STEP (256UL << 10)
 #define PLACE_TRIES 16
 #define PLACE_TOP   (3UL << 45)         /* the first segment placed */
