@@ -368,10 +368,44 @@ static void chunk_idle_locked(struct xarena *a, struct xchunk *c)
  * else has been mapped since; when the limit is reached, the free
  * extents at the ends of chunks are unmapped for whatever needs the room
  * (extent_trim_tails).  Pages past a chunk's limit are not its own
- * (extent_page_of), and its last extent ends at the limit.  Without a
- * limit, chunks are mapped whole at once, as address space costs nothing
- * then. */
+ * (extent_page_of), and its last extent ends at the limit.  Where the
+ * kernel chooses, a chunk often lands right below the libraries, whose
+ * mappings inside its 64 MiB then stop its growth: so under a limit a new
+ * chunk goes at PLACE_TOP and down, 64 MiB at a time, far from the
+ * kernel's choices and below the segments (core/segment.c places them
+ * from 3 << 45 down), and where the kernel chooses only when PLACE_TRIES
+ * spots are taken.  Without a limit, chunks are mapped whole at once
+ * where the kernel chooses, as address space costs nothing then. */
 #define CHUNK_STEP 256          /* pages (1 MiB) */
+#define PLACE_TOP (5UL << 44)
+#define PLACE_TRIES 16
+
+static uintptr_t chunk_low;     /* the lowest chunk placed ("Address space") */
+
+/* Map `size` bytes for a new chunk under an address-space limit, 64 MiB
+ * aligned ("Address space").  0 or ENOMEM. */
+static int chunk_place(size_t size, void **out)
+{
+    uintptr_t h = __atomic_load_n(&chunk_low, __ATOMIC_RELAXED);
+    if (!h)
+        h = PLACE_TOP;
+    for (unsigned t = 0; t < PLACE_TRIES && h > XCHUNK_SIZE; t++) {
+        h -= XCHUNK_SIZE;
+        int err = os_map_at((void *)h, size);
+        if (!err) {
+            uintptr_t low = __atomic_load_n(&chunk_low, __ATOMIC_RELAXED);
+            while ((!low || h < low) &&
+                   !__atomic_compare_exchange_n(&chunk_low, &low, h, 1, __ATOMIC_RELAXED,
+                                                __ATOMIC_RELAXED))
+                ;
+            *out = (void *)h;
+            return 0;
+        }
+        if (err != EEXIST)
+            return ENOMEM;
+    }
+    return os_map_aligned(size, XCHUNK_SIZE, out) ? ENOMEM : 0;
+}
 
 static size_t round_step(size_t pages)
 {
@@ -384,13 +418,15 @@ static int chunk_new_locked(struct xarena *a, size_t need)
 {
     SD_ASSERT(sd_mutex_held(&a->lock));
     size_t limit = XCHUNK_PAGES;
-    if (os_as_limited()) {
+    int limited = os_as_limited();
+    if (limited) {
         limit = round_step(XCHUNK_HEADER_PAGES + need);
         if (limit > XCHUNK_PAGES)
             limit = XCHUNK_PAGES;
     }
     void *m;
-    if (os_map_aligned(limit * SD_PAGE_SIZE, XCHUNK_SIZE, &m))
+    if (limited ? chunk_place(limit * SD_PAGE_SIZE, &m)
+                : os_map_aligned(limit * SD_PAGE_SIZE, XCHUNK_SIZE, &m))
         return ENOMEM;
     if (os_guard(m, XCHUNK_GUARD)) {
         os_unmap(m, limit * SD_PAGE_SIZE);

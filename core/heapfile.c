@@ -51,7 +51,7 @@ int heapfile_overlaps(const void *p, size_t len)
     if ((end >> SD_SEGMENT_SHIFT) - (a >> SD_SEGMENT_SHIFT) > 4096)
         return 1;
     for (uintptr_t i = a >> SD_SEGMENT_SHIFT; i <= end >> SD_SEGMENT_SHIFT; i++)
-        if (__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1)
+        if (segment_map_test(i << SD_SEGMENT_SHIFT))
             return 1;
     return 0;
 }

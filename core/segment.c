@@ -21,13 +21,16 @@
  *          mapped afresh there, so no alias is left)
  *   1 0 1  a stale alias: released, still mapped onto its mesh host's
  *          pages ("Stale aliases"); its descriptor is UNUSED
+ * Slots from nslots to the end of the 4 MiB ("Address space") are not
+ * mapped: bits 0 0 0, descriptors zero, never handed out or walked, not
+ * found by segment_slab_of; another mapping may hold them (then grow 0).
+ * nslots only grows, under the kind lock, with a relaxed store that
+ * segment_slab_of reads unlocked.
  *
  * Dirty slots.  Meshing's arena (core/heapfile.h) gives a released slab's
  * pages back with a hole punch, which zaps the range in every mapping of
  * the file and flushes the TLB of every CPU running the program - an IPI
- * each, which a virtual machine pays dearly: python's churn made 63,000
- * of them at 46 us (strace), against 32,000 madvise calls at 10 us
- * without meshing, and they were a third of its samples.  So with meshing
+ * each, which a virtual machine pays dearly.  So with meshing
  * a released slot is not punched at once: it stays dirty, a new slab of
  * the kind takes a dirty slot first (no page faults, no punch), and the
  * dirty slots are punched later in runs of adjacent slots, one call per
@@ -38,21 +41,17 @@
  * arena (meshing off) a released slot stays dirty too, but only up to
  * DIRTY_ANON_MAX bytes: past it the releasing thread purges them all with
  * one process_madvise(2) per PURGE_RUNS runs (os_purge_batch), whose one
- * TLB flush serves every range - 1.7 us a page against 25 us for a
- * madvise each while another CPU runs the program (a file page written
- * through a shared mapping is flushed range by range whatever the call,
- * so the arena's punches cannot batch).  python's churn: 31,400 madvise
- * calls before, 10,600 and 925 batches after, at the same speed; the
- * leftovers go with the decay tick or the shrinker's passes.
+ * TLB flush serves every range (a file page written through a shared
+ * mapping is flushed range by range whatever the call, so the arena's
+ * punches cannot batch); the leftovers go with the decay tick or the
+ * shrinker's passes.
  *
  * Anonymous segments.  A hole punch in the arena file costs a TLB flush
  * of its own whatever the call (a page written through a shared mapping
  * is flushed range by range), while purges of anonymous memory share one
- * (os_purge_batch), and python's churn releases tens of thousands of
- * scattered 4 KiB slots.  So every segment (the page slabs' since
- * 4967364, those of the other kinds too since: typed caches, which never
- * mesh, and the first slabs of every malloc class; the cooperating demos
- * with meshing went from 1.03-1.12x to 0.97-0.98x meshing off, 7 rounds)
+ * (os_purge_batch), and a program may release tens of thousands of
+ * scattered 4 KiB slots.  So every segment (of every kind: typed caches,
+ * which never mesh, and the first slabs of every malloc class too)
  * takes its place in the arena as private anonymous memory (seg->anon),
  * and only a slot that hosts a mesh is made file-backed ("filed": its
  * bytes copied into its own offset of the file and the file mapped there,
@@ -66,8 +65,7 @@
  * slab or is taken or dirty.  A fork child maps its own file over the
  * filed slots, the stale aliases and the slots a purge or restore had
  * taken (segment_child_map_file), and inherits the rest as any private
- * memory.  Python's churn with meshing: 1.51x -> 1.13x the time without
- * meshing, 193 -> 192 MiB (README, issue 16).
+ * memory.
  *
  * Small slabs.  The 4 and 8 KiB slabs of meshing's big malloc classes
  * (classes/mesh.c) are cut, for each class, from a segment of its own, in
@@ -75,22 +73,18 @@
  * of the kind still comes first), and a fresh one that starts a 16 KiB
  * run of its segment, the rest of the run free and clean, faults the
  * whole run in with one call (os_populate): the class's next slabs are
- * the rest of that run.  Before, the small slabs of every class were
- * interleaved page by page in shared segments, each faulted alone, and
- * python's fill (300k records; its cyclic GC walks every container, and
- * gc_collect_main took 65% more samples) ran 1.04-1.22x the time of
- * meshing off; now 0.92x (9 rounds interleaved; one call instead of four
- * faults, each a trip through the hypervisor on this project's guests,
- * and a class's slabs next to each other as one big slab's pages).  At
+ * the rest of that run: one call instead of four faults (each a trip
+ * through the hypervisor on a virtual machine), and a class's slabs next
+ * to each other as one big slab's pages, which a program walking its
+ * objects reads as fast as one big slab.  At
  * most three slots a class are faulted in ahead of use; they read back
  * zero, as free slots do, and are not purged until used and released.
  *
  * Stale aliases.  When a mesh host empties, each of its aliases must map
  * its own file pages again (a hole since the mesh: zero) before its slot
  * can hold a slab: an mmap and a userfaultfd registration, each changing
- * the page tables and taking mmap_lock for writing.  Python's interpreter
- * teardown unmeshed 8,000 aliases that way on its own thread.  Now the
- * alias's slot stays taken (segment_slab_free_alias) and is mapped back
+ * the page tables and taking mmap_lock for writing, thousands of them
+ * when a program tears its heap down.  So the alias's slot stays taken (segment_slab_free_alias) and is mapped back
  * later, in runs of adjacent slots, one mmap and one registration per run
  * (segment_restore_aliases: the shrinker's thread, the decay tick, every
  * explicit shrink).  Until then nothing reads or writes the range: the
@@ -103,13 +97,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "extent.h"
 #include "heapfile.h"
 #include "options.h"
 #include "os.h"
 
-/* A bit per 4 MiB of the 47-bit address space: 4 MiB of .bss, of which
- * only the pages covering our segments are ever touched. */
+/* The segment map: a bit per 4 MiB of [2^46, 2^47), the upper half of the
+ * user address space, where Linux's default layout maps (top-down from
+ * below the stack): 2 MiB of .bss, which an address-space limit counts.
+ * A segment the kernel puts below 2^46 (the legacy layout, `ulimit -s
+ * unlimited`) is unmapped and placed as under a limit (segment_place). */
 uint64_t segment_map[SEGMENT_MAP_WORDS];
+
+static int in_map(uintptr_t a)
+{
+    return a >> SEGMENT_MAP_LO_SHIFT == 1;
+}
 
 /* The bound on dirty bytes past which the thread releasing a slot purges
  * them all itself: DIRTY_SHIFT of the slab bytes in use, at least
@@ -132,9 +135,11 @@ struct seg_kind {
     size_t ndirty;              /* free dirty slots */
     uint64_t dirty_since;       /* ns when ndirty last left 0 */
     size_t nstale;              /* stale aliases */
+    size_t mapped;              /* bytes of its segments mapped */
+    size_t ngrow;               /* segments that may grow ("Address space") */
 };
 
-#define KIND_INIT(i) { SD_MUTEX_INIT, { &kinds[i].segs, &kinds[i].segs }, 0, 0, 0, 0, 0 }
+#define KIND_INIT(i) { SD_MUTEX_INIT, { &kinds[i].segs, &kinds[i].segs }, 0, 0, 0, 0, 0, 0, 0 }
 static struct seg_kind kinds[SEG_NKINDS] = {
     KIND_INIT(0), KIND_INIT(1), KIND_INIT(2), KIND_INIT(3), KIND_INIT(4),
 };
@@ -146,31 +151,159 @@ static size_t purged_runs, purged_slots, reused_slots;  /* statistics */
 static void (*purger)(void);    /* wakes the thread that purges dirty
                                    slots and restores stale aliases */
 
-static struct segment *segment_new(unsigned kind)
+static void seg_nfree_add(struct seg_kind *k, struct segment *seg, int n);
+
+/* ---------------------------------------------------------------- */
+/* Address space                                                     */
+
+/* An address-space limit (RLIMIT_AS) counts every page mapped, touched or
+ * not: a segment mapped whole costs 4 MiB when it holds a few slabs, for
+ * each kind in use (with meshing, each big class's own segment too).  So
+ * while a limit is set (os_as_limited, as for chunks), a new segment maps
+ * its header and first slot rounded up to GROW_STEP, and grows at its end
+ * (GROW_STEP, or one slot) with MAP_FIXED_NOREPLACE when its slots are all
+ * taken (segment_room_locked); it stays 4 MiB aligned for the map.  The
+ * rest of its 4 MiB is a gap any mapping may take: then the segment grows
+ * no more (grow 0).  The kernel maps at the top of the highest gap that
+ * fits, often the 64 MiB of a chunk past its mapped end, which segments
+ * there keep from growing (each new chunk costs a 1.16 MiB header): so a
+ * new segment goes right below the lowest one (the first at PLACE_TOP),
+ * below any chunk's 64 MiB in the way, and where the kernel chooses once
+ * PLACE_TRIES spots are taken.  Without a limit, segments are mapped
+ * whole where the kernel chooses. */
+#define GROW_STEP (256UL << 10)
+#define PLACE_TRIES 16
+#define PLACE_TOP   (3UL << 45)         /* the first segment placed */
+#define PLACE_FLOOR (1UL << SEGMENT_MAP_LO_SHIFT)  /* "The segment map" */
+
+static uintptr_t seg_low;       /* the lowest segment's address (placement) */
+
+/* Map `size` bytes for a new segment under an address-space limit, or
+ * where the kernel's choice is out of the segment map, 4 MiB aligned
+ * ("Address space", "The segment map").  0 or ENOMEM. */
+static int segment_place(size_t size, void **out)
 {
-    void *mem;
-    if (os_map_aligned(SD_SEGMENT_SIZE, SD_SEGMENT_SIZE, &mem))
-        return NULL;
-    if (os_guard(mem, SEG_GUARD))
-        return NULL;                    /* out of mappings: ENOMEM */
-    struct segment *seg = segment_at((uintptr_t)mem);
+    uintptr_t h = __atomic_load_n(&seg_low, __ATOMIC_RELAXED);
+    if (!h)
+        h = PLACE_TOP;
+    for (unsigned t = 0; h >= PLACE_FLOOR + SD_SEGMENT_SIZE && t < PLACE_TRIES; t++) {
+        h -= SD_SEGMENT_SIZE;
+        uintptr_t c = h >> XCHUNK_SHIFT;
+        if (__atomic_load_n(&xchunk_map[c >> 6], __ATOMIC_RELAXED) >> (c & 63) & 1) {
+            h = c << XCHUNK_SHIFT;      /* below that chunk's 64 MiB */
+            continue;
+        }
+        int err = os_map_at((void *)h, size);
+        if (!err) {
+            *out = (void *)h;
+            return 0;
+        }
+        if (err != EEXIST)
+            return ENOMEM;
+    }
+    if (os_map_aligned(size, SD_SEGMENT_SIZE, out))
+        return ENOMEM;
+    if (in_map((uintptr_t)*out))
+        return 0;
+    os_unmap(*out, size);
+    return ENOMEM;
+}
+
+static size_t round_step(size_t bytes)
+{
+    return (bytes + GROW_STEP - 1) & ~(GROW_STEP - 1);
+}
+
+static struct segment *segment_new(struct seg_kind *k, unsigned kind)
+{
     unsigned shift = seg_kind_shift(kind);
-    unsigned nslots = (unsigned)(SD_SEGMENT_SIZE >> shift);
-    size_t hdr = SEG_GUARD + sizeof(struct segment) + nslots * sizeof(struct slab);
+    unsigned cap = (unsigned)(SD_SEGMENT_SIZE >> shift);
+    size_t hdr = SEG_GUARD + sizeof(struct segment) + cap * sizeof(struct slab);
+    unsigned first = (unsigned)((hdr + (1UL << shift) - 1) >> shift);
+    size_t size = SD_SEGMENT_SIZE;
+    int limited = os_as_limited();
+    if (limited) {
+        size = round_step((size_t)(first + 1) << shift);
+        if (size > SD_SEGMENT_SIZE)
+            size = SD_SEGMENT_SIZE;
+    }
+    void *mem;
+    if (limited) {
+        if (segment_place(size, &mem))
+            return NULL;
+    } else {
+        if (os_map_aligned(size, SD_SEGMENT_SIZE, &mem))
+            return NULL;
+        if (!in_map((uintptr_t)mem)) {          /* "The segment map" */
+            os_unmap(mem, size);
+            if (segment_place(size, &mem))
+                return NULL;
+        }
+    }
+    if (os_guard(mem, SEG_GUARD)) {
+        os_unmap(mem, size);
+        return NULL;                    /* out of mappings: ENOMEM */
+    }
+    struct segment *seg = segment_at((uintptr_t)mem);
+    unsigned nslots = (unsigned)(size >> shift);
     seg->magic = SEGMENT_MAGIC;
     seg->kind = (uint8_t)kind;
     seg->slot_shift = (uint8_t)shift;
     seg->nslots = (uint16_t)nslots;
-    seg->first = (uint16_t)((hdr + (1UL << shift) - 1) >> shift);
-    seg->nfree = (uint16_t)(nslots - seg->first);
+    seg->first = (uint16_t)first;
+    seg->nfree = (uint16_t)(nslots - first);
     seg->hint = seg->first;
     seg->anon = (uint8_t)heapfile_on;     /* its slots may be filed */
-    for (unsigned i = 0; i < seg->first; i++)
+    seg->grow = nslots < cap;
+    for (unsigned i = 0; i < first; i++)
         seg->used[i >> 6] |= 1ULL << (i & 63);
-    uintptr_t bit = (uintptr_t)mem >> SD_SEGMENT_SHIFT;
+    k->ngrow += seg->grow;
+    uintptr_t low = __atomic_load_n(&seg_low, __ATOMIC_RELAXED);
+    while ((!low || (uintptr_t)mem < low) &&
+           !__atomic_compare_exchange_n(&seg_low, &low, (uintptr_t)mem, 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    __atomic_store_n(&k->mapped, k->mapped + size, __ATOMIC_RELAXED);
+    uintptr_t bit = ((uintptr_t)mem >> SD_SEGMENT_SHIFT) - SEGMENT_MAP_BITS;
     __atomic_fetch_or(&segment_map[bit >> 6], 1ULL << (bit & 63),
                       __ATOMIC_RELEASE);
     return seg;
+}
+
+/* Map more of seg at its end, GROW_STEP or else one slot (the kind's lock
+ * held): 0; ENOMEM, nothing fits (the limit); EEXIST, another mapping is
+ * there, and seg grows no more.  The new slots are free and zero. */
+static int segment_grow_locked(struct seg_kind *k, struct segment *seg)
+{
+    SD_ASSERT(sd_mutex_held(&k->lock) && seg->grow);
+    unsigned shift = seg->slot_shift;
+    size_t end = (size_t)seg->nslots << shift;
+    size_t tries[2] = { GROW_STEP, 1UL << shift };
+    int err = ENOMEM;
+    for (int t = 0; t < 2; t++) {
+        size_t g = tries[t];
+        if (g > SD_SEGMENT_SIZE - end)
+            g = SD_SEGMENT_SIZE - end;
+        if (t && g >= tries[0])
+            break;                      /* the same as the first try */
+        err = os_map_at((char *)seg - SEG_GUARD + end, g);
+        if (!err) {
+            unsigned n = (unsigned)(g >> shift);
+            __atomic_store_n(&seg->nslots, (uint16_t)(seg->nslots + n), __ATOMIC_RELAXED);
+            __atomic_store_n(&k->mapped, k->mapped + g, __ATOMIC_RELAXED);
+            if (end + g == SD_SEGMENT_SIZE) {
+                seg->grow = 0;
+                k->ngrow--;
+            }
+            seg_nfree_add(k, seg, (int)n);
+            return 0;
+        }
+    }
+    if (err == EEXIST) {
+        seg->grow = 0;
+        k->ngrow--;
+    }
+    return err;
 }
 
 /* A kind's ndirty and nstale, written under its lock and read without it
@@ -293,6 +426,43 @@ static int slot_find(struct segment *seg)
     return -1;
 }
 
+/* A segment of the kind with a free slot when the one looked at (the
+ * list's head, or *own) has none (the lock held): one grown at its end
+ * ("Address space"; *own, or any), else a new one (then *own); NULL if
+ * neither can be mapped. */
+static struct segment *segment_room_locked(struct seg_kind *k, unsigned kind,
+                                           struct segment **own)
+{
+    struct segment *seg;
+    if (k->ngrow) {
+        if (own) {
+            seg = *own;
+            int err = seg && seg->grow ? segment_grow_locked(k, seg) : EEXIST;
+            if (!err)
+                return seg;
+            if (err == ENOMEM)
+                return NULL;
+        } else {
+            for (struct sd_list *l = k->segs.next; l != &k->segs; l = l->next) {
+                seg = list_entry(l, struct segment, link);
+                int err = seg->grow ? segment_grow_locked(k, seg) : EEXIST;
+                if (!err)
+                    return seg;
+                if (err == ENOMEM)
+                    return NULL;
+            }
+        }
+    }
+    seg = segment_new(k, kind);
+    if (!seg)
+        return NULL;
+    list_add_head(&k->segs, &seg->link);
+    k->nsegs++;
+    if (own)
+        *own = seg;
+    return seg;
+}
+
 struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
 {
     size_t populate = 0;
@@ -313,16 +483,12 @@ struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
         else if (!list_empty(&k->segs))
             seg = list_entry(k->segs.next, struct segment, link);
         if (!seg || !seg->nfree) {
-            seg = segment_new(kind);
+            seg = segment_room_locked(k, kind, own);
             if (!seg) {
                 sd_mutex_unlock(&k->lock);
                 errno = ENOMEM;
                 return NULL;
             }
-            list_add_head(&k->segs, &seg->link);
-            k->nsegs++;
-            if (own)
-                *own = seg;
         }
         i = slot_find(seg);
         SD_ASSERT(i >= 0 && !bit_get(seg->dirty, (unsigned)i));   /* none dirty: dirty_find */
@@ -331,7 +497,7 @@ struct slab *segment_slab_alloc(unsigned kind, int *dirty, struct segment **own)
          * and clean (not taken, so no alias or host maps them): fault the
          * whole run in. */
         unsigned n = (unsigned)(SMALL_RUN >> seg->slot_shift);
-        if (own && !((unsigned)i & (n - 1))) {
+        if (own && !((unsigned)i & (n - 1)) && (unsigned)i + n <= seg->nslots) {
             populate = (size_t)SMALL_RUN;
             for (unsigned j = (unsigned)i + 1; j < (unsigned)i + n; j++)
                 if (bit_get(seg->used, j) || bit_get(seg->dirty, j))
@@ -703,7 +869,7 @@ void segment_usage(size_t *mapped, size_t *slots_used)
 {
     size_t m = 0, u = 0;
     for (unsigned kind = 0; kind < SEG_NKINDS; kind++) {
-        m += __atomic_load_n(&kinds[kind].nsegs, __ATOMIC_RELAXED) * SD_SEGMENT_SIZE;
+        m += __atomic_load_n(&kinds[kind].mapped, __ATOMIC_RELAXED);
         u += __atomic_load_n(&kinds[kind].used, __ATOMIC_RELAXED);
     }
     if (mapped) *mapped = m;

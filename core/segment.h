@@ -5,7 +5,10 @@
  * equal slots, one slab per slot.  Segments are never unmapped (a slab
  * descriptor stays readable for the life of the process, so a stale
  * pointer handed to sd_vacate() or free() is diagnosed, not a crash); the
- * memory of free slots is purged back to the OS.
+ * memory of free slots is purged back to the OS.  Under an address-space
+ * limit a segment maps only its first slots and grows at its end
+ * (segment.c, "Address space"): the rest of its 4 MiB may hold other
+ * mappings, which segment_slab_of does not take for slabs.
  */
 #ifndef SD_CORE_SEGMENT_H
 #define SD_CORE_SEGMENT_H
@@ -64,8 +67,27 @@ struct segment_dirty_stats {
 };
 void segment_dirty_stats(struct segment_dirty_stats *st);
 
-#define SEGMENT_MAP_WORDS ((1UL << (SD_VA_BITS - SD_SEGMENT_SHIFT)) / 64)
+/* The segment map: a bit per 4 MiB of the upper half of the user address
+ * space, [2^46, 2^47), where every segment is placed (segment.c, "The
+ * segment map"): 2 MiB, which an address-space limit counts. */
+#define SEGMENT_MAP_LO_SHIFT (SD_VA_BITS - 1)
+#define SEGMENT_MAP_BITS (1UL << (SEGMENT_MAP_LO_SHIFT - SD_SEGMENT_SHIFT))
+#define SEGMENT_MAP_WORDS (SEGMENT_MAP_BITS / 64)
 extern SD_HIDDEN uint64_t segment_map[SEGMENT_MAP_WORDS];
+
+/* Is the 4 MiB holding address a one of our segments?  from0 is where
+ * a map of the whole space would start (the map's address less its
+ * size): word a >> 28 of it, as with such a map, and the offset folds
+ * into the address's lea; the bound check is a compare more (fused with
+ * its jump). */
+static inline int segment_map_test(uintptr_t a)
+{
+    if (unlikely(a >> SEGMENT_MAP_LO_SHIFT != 1))
+        return 0;
+    const uint64_t *from0 = (const uint64_t *)((uintptr_t)segment_map - sizeof segment_map);
+    uintptr_t i = a >> SD_SEGMENT_SHIFT;
+    return (__atomic_load_n(&from0[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1) != 0;
+}
 
 /* The first page of every segment is a guard page (PROT_NONE) and the
  * header follows it: a linear overflow out of the last slab of the
@@ -106,33 +128,34 @@ void segment_register_all(void);
  * kind locks. */
 void segment_guard_all(int locked);
 
-/* The segment holding p, or NULL if p is not in one of ours.  A bit set
- * (release) before any pointer into the segment is handed out. */
+/* The segment whose 4 MiB hold p, or NULL if p is not in one of ours.  A
+ * bit set (release) before any pointer into the segment is handed out.
+ * Under an address-space limit p may be past the slots mapped, in another
+ * mapping (segment.c, "Address space"). */
 static inline struct segment *segment_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
-    if (unlikely(a >> SD_VA_BITS))
-        return NULL;
-    uintptr_t i = a >> SD_SEGMENT_SHIFT;
-    if (!(__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
+    if (!segment_map_test(a))
         return NULL;
     return segment_at(a & ~(SD_SEGMENT_SIZE - 1));
 }
 
 /* The slab descriptor of the slot holding p, in any state, or NULL if p is
- * not in one of our segments.  The header slots have descriptors too,
- * always UNUSED (zero): callers check the state. */
+ * not in one of our segments' mapped slots (past them, under an
+ * address-space limit, another mapping may hold p: a huge block, say).
+ * The header slots have descriptors too, always UNUSED (zero): callers
+ * check the state.  nslots sits in the cache line of slot_shift. */
 static inline struct slab *segment_slab_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
-    if (unlikely(a >> SD_VA_BITS))
-        return NULL;
-    uintptr_t i = a >> SD_SEGMENT_SHIFT;
-    if (!(__atomic_load_n(&segment_map[i >> 6], __ATOMIC_RELAXED) >> (i & 63) & 1))
+    if (!segment_map_test(a))
         return NULL;
     uintptr_t base = a & ~(SD_SEGMENT_SIZE - 1);
     struct segment *seg = segment_at(base);
-    return &seg->slabs[(a - base) >> seg->slot_shift];
+    uintptr_t slot = (a - base) >> seg->slot_shift;
+    if (unlikely(slot >= __atomic_load_n(&seg->nslots, __ATOMIC_RELAXED)))
+        return NULL;
+    return &seg->slabs[slot];
 }
 
 /* Iterate over every slab descriptor in use (for fork, stats, validation).
@@ -140,7 +163,8 @@ static inline struct slab *segment_slab_of(const void *p)
  * holds them (segment_lock_all). */
 void segment_for_each_slab(void (*fn)(struct slab *s, void *arg), void *arg,
                            int locked);
-/* Bytes of address space mapped for segments, and slots in use. */
+/* Bytes of address space mapped for segments (their mapped slots), and
+ * slots in use. */
 void segment_usage(size_t *mapped, size_t *slots_used);
 
 /* Fork support: take/release every kind lock. */

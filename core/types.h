@@ -3,9 +3,12 @@
  * tie their fields together.
  *
  *   segment   4 MiB, 4 MiB aligned, of one kind: an array of equal slots
- *             (16 KiB, 64 KiB or 256 KiB).  Its header (first slots) holds
- *             one struct slab per slot: descriptors live out of line, so
- *             slab memory holds only objects.
+ *             (16 KiB, 64 KiB or 256 KiB; 4 or 8 KiB with meshing).  Its
+ *             header (first slots) holds one struct slab per slot of the
+ *             4 MiB: descriptors live out of line, so slab memory holds
+ *             only objects.  Slots [0, nslots) are mapped: all of them but
+ *             under an address-space limit (core/segment.c, "Address
+ *             space").
  *   slab      one slot carved into `capacity` objects of `size` bytes, owned
  *             by one struct sd_cache (classes/cache.h).
  *   tbin      a thread's active slab of one cache and its private freelist
@@ -157,7 +160,11 @@ struct segment {
     uint32_t magic;           /* SEGMENT_MAGIC */
     uint8_t  kind;
     uint8_t  slot_shift;      /* log2 of slot bytes */
-    uint16_t nslots;          /* slots in the segment, header ones included */
+    uint16_t nslots;          /* slots mapped, header ones included: all
+                                 of the 4 MiB but under an address-space
+                                 limit (core/segment.c, "Address space");
+                                 grows under the kind lock, read
+                                 atomically by segment_slab_of */
     uint16_t first;           /* first slot after the header */
     uint16_t nfree;           /* free slots */
     uint16_t hint;            /* where to start looking for a free slot */
@@ -166,6 +173,9 @@ struct segment {
     uint8_t  anon;            /* meshing's arena, page slabs: anonymous
                                  memory but for the filed slots
                                  (core/segment.c, "Anonymous segments") */
+    uint8_t  grow;            /* 1: nslots may still grow ("Address
+                                 space"); 0 once all is mapped or another
+                                 mapping holds the rest */
     struct sd_list link;      /* kind's list of segments */
     uint64_t used[16];        /* bit per slot: 1 = holds a slab (up to
                                  1024 slots: the 4 KiB kind) */
