@@ -7,18 +7,18 @@
  * other allocator lock held (slabs are created and released outside cache
  * and slab locks), so the fork handler may take it first.  It is never
  * held across a system call that frees memory: a purge takes its slots
- * (used bit set) under the lock, drops it for the hole punches, and gives
- * them back under it.
+ * (used bit set) under the lock, drops it for the madvise or removal
+ * calls, and gives them back under it.
  *
  * Slot states (bits used, dirty, stale of the slot; and filed, which only
- * says what an anonymous segment's slot maps: "Anonymous segments"):
+ * says what a meshing segment's slot maps: "Anonymous segments"):
  *   0 0 0  free, its pages purged (or never touched): reads back zero
  *   1 0 0  holds a slab (from segment_slab_alloc to segment_slab_free)
  *   0 1 0  free and dirty: released, pages still resident ("Dirty slots")
  *   1 1 0  taken, the lock dropped: being purged (segment_purge_dirty) or
  *          mapped back (segment_restore_aliases); a fork child, where the
- *          thread doing it is gone, makes it free and dirty (its arena is
- *          mapped afresh there, so no alias is left)
+ *          thread doing it is gone, makes it free and dirty (the child
+ *          has copied it into memory of its own, segment_child_refile)
  *   1 0 1  a stale alias: released, still mapped onto its mesh host's
  *          pages ("Stale aliases"); its descriptor is UNUSED
  * Slots from nslots to the end of the 4 MiB ("Address space") are not
@@ -27,45 +27,33 @@
  * nslots only grows, under the kind lock, with a relaxed store that
  * segment_slab_of reads unlocked.
  *
- * Dirty slots.  Meshing's arena (core/heapfile.h) gives a released slab's
- * pages back with a hole punch, which zaps the range in every mapping of
- * the file and flushes the TLB of every CPU running the program - an IPI
- * each, which a virtual machine pays dearly.  So with meshing
- * a released slot is not punched at once: it stays dirty, a new slab of
- * the kind takes a dirty slot first (no page faults, no punch), and the
- * dirty slots are punched later in runs of adjacent slots, one call per
- * run: when the dirty bytes pass DIRTY_SHIFT of the slab memory in use
- * (at least DIRTY_FLOOR), when a kind has had dirty slots for the decay
- * (segment_purge_dirty(0), from the decay tick and the shrinker's
- * passes), and at once on every explicit shrink or trim.  Outside the
- * arena (meshing off) a released slot stays dirty too, but only up to
- * DIRTY_ANON_MAX bytes: past it the releasing thread purges them all with
- * one process_madvise(2) per PURGE_RUNS runs (os_purge_batch), whose one
- * TLB flush serves every range (a file page written through a shared
- * mapping is flushed range by range whatever the call, so the arena's
- * punches cannot batch); the leftovers go with the decay tick or the
- * shrinker's passes.
+ * Dirty slots.  A released slot is not purged at once: it stays dirty, a
+ * new slab of the kind takes a dirty slot first (no page faults, no
+ * purge), and the dirty slots are purged later in runs of adjacent slots,
+ * PURGE_RUNS runs to one process_madvise(2) call (os_purge_batch), whose
+ * one TLB flush serves every range.  Without meshing at most
+ * DIRTY_ANON_MAX bytes wait: past it the releasing thread purges them
+ * all.  With meshing more may wait (DIRTY_SHIFT of the slab memory in
+ * use, at least DIRTY_FLOOR), as the purge of a filed slot is a removal
+ * of its own with a flush of its own; they go when a kind has had dirty
+ * slots for the decay (segment_purge_dirty(0), from the decay tick and
+ * the shrinker's passes) and at once on every explicit shrink or trim.
  *
- * Anonymous segments.  A hole punch in the arena file costs a TLB flush
- * of its own whatever the call (a page written through a shared mapping
- * is flushed range by range), while purges of anonymous memory share one
- * (os_purge_batch), and a program may release tens of thousands of
- * scattered 4 KiB slots.  So every segment (of every kind: typed caches,
- * which never mesh, and the first slabs of every malloc class too)
- * takes its place in the arena as private anonymous memory (seg->anon),
- * and only a slot that hosts a mesh is made file-backed ("filed": its
- * bytes copied into its own offset of the file and the file mapped there,
- * heapfile_file, under the host's write barrier; classes/mesh.c).  A
- * filed slot stays filed while its slab lives (a host, or a slab taken
- * from its dirty slot again); its purge maps anonymous memory back over
- * it and punches its file pages with no mapping left (heapfile_unfile).
- * A released alias maps anonymous memory back too.  Bits per slot in
- * seg->filed, set and cleared atomically (a mesh files its host under
- * the slab locks, not this lock); a slot is filed only while it holds a
- * slab or is taken or dirty.  A fork child maps its own file over the
- * filed slots, the stale aliases and the slots a purge or restore had
- * taken (segment_child_map_file), and inherits the rest as any private
- * memory.
+ * Anonymous segments.  With meshing on, every segment is private
+ * anonymous memory as without it (seg->anon says its slots may be filed),
+ * and only a slot that hosts a mesh is "filed": its bytes copied into a
+ * shared anonymous object of its own, moved over the slot (heapfile_file,
+ * under the host's write barrier; classes/mesh.c), so that an alias can
+ * map the same pages.  A filed slot stays filed while its slab lives (a
+ * host, or a slab taken from its dirty slot again); its purge frees the
+ * object's pages and maps anonymous memory back over it
+ * (heapfile_unfile).  A released alias maps anonymous memory back too.
+ * Bits per slot in seg->filed, set and cleared atomically (a mesh files
+ * its host under the slab locks, not this lock); a slot is filed only
+ * while it holds a slab or is taken or dirty.  A fork protects and copies
+ * only what may be shared: filed slots, aliases, stale aliases and the
+ * slots a purge or restore had taken (segment_protect_shared,
+ * segment_child_refile); the rest is the child's copy-on-write.
  *
  * Small slabs.  The 4 and 8 KiB slabs of meshing's big malloc classes
  * (classes/mesh.c) are cut, for each class, from a segment of its own, in
@@ -81,11 +69,11 @@
  * zero, as free slots do, and are not purged until used and released.
  *
  * Stale aliases.  When a mesh host empties, each of its aliases must map
- * its own file pages again (a hole since the mesh: zero) before its slot
- * can hold a slab: an mmap and a userfaultfd registration, each changing
- * the page tables and taking mmap_lock for writing, thousands of them
- * when a program tears its heap down.  So the alias's slot stays taken (segment_slab_free_alias) and is mapped back
- * later, in runs of adjacent slots, one mmap and one registration per run
+ * anonymous zero memory again before its slot can hold a slab: an mmap
+ * and a userfaultfd registration, each changing the page tables and
+ * taking mmap_lock for writing, thousands of them when a program tears
+ * its heap down.  So the alias's slot stays taken
+ * (segment_slab_free_alias) and is mapped back later, in runs of adjacent slots, one mmap and one registration per run
  * (segment_restore_aliases: the shrinker's thread, the decay tick, every
  * explicit shrink).  Until then nothing reads or writes the range: the
  * slot holds no slab, and its descriptor is UNUSED (a free of a pointer
@@ -118,8 +106,8 @@ static int in_map(uintptr_t a)
  * them all itself: DIRTY_SHIFT of the slab bytes in use, at least
  * DIRTY_FLOOR; four times that while a thread purges them every few ms
  * (segment_dirty_purger: the shrinker's), so that the program's threads
- * leave the punches to it unless they release faster than it punches
- * (python's teardown: 34,000 slots in half a second).  Without meshing,
+ * leave the purges to it unless they release faster than it purges.
+ * Without meshing,
  * DIRTY_ANON_MAX: a batch, never more held back. */
 #define DIRTY_FLOOR (16UL << 20)
 #define DIRTY_ANON_MAX (512UL << 10)
@@ -694,7 +682,7 @@ size_t segment_restore_aliases(uint64_t deadline)
 
 /* Take up to PURGE_RUNS runs of adjacent free dirty slots of kind k (the
  * lock held): used bits set, so nothing allocates them while they are
- * punched; they leave the dirty bytes now (a fork child puts back the
+ * purged; they leave the dirty bytes now (a fork child puts back the
  * ones it finds taken). */
 static unsigned runs_take(struct seg_kind *k, struct run *runs)
 {
@@ -736,8 +724,8 @@ struct anon_batch {
 
 /* Purge slots [first, first+n) of an anonymous segment, taken: the
  * unfiled ones join the batch, each run of filed ones goes back to
- * anonymous memory (heapfile_unfile: an mmap, its file pages punched
- * with no mapping left; still filed, and punched, if it cannot). */
+ * anonymous memory (heapfile_unfile: its shared pages freed, then an
+ * mmap; still filed, its pages freed, if the mmap fails). */
 static void purge_anon_run(struct segment *seg, unsigned first, unsigned n,
                            struct anon_batch *ab)
 {
@@ -986,8 +974,8 @@ void segment_lock_all(void)
 
 /* A purge or a restore in another thread may have held slots (used and
  * dirty) when the fork came: in the child that thread is gone, so they
- * are free and dirty (maybe resident; the child maps its arena afresh,
- * core/forkcopy.c, so no alias mapping is left either). */
+ * are free and dirty (maybe resident; the child copied them into memory
+ * of its own, core/forkcopy.c, so no alias mapping is left either). */
 static void child_return_taken(struct seg_kind *k)
 {
     for (struct sd_list *l = k->segs.next; l != &k->segs;) {
