@@ -21,10 +21,9 @@
  * a racing commit can never undo a lock.
  *
  * Each primitive is one restartable sequence: it reads the CPU number the
- * kernel keeps in the thread's rseq area, reads its header with one load
- * (a drainer resets cur before it restores the bounds: a snapshot never
- * mixes an old cur with new bounds), does its loads and its stores
- * to free slots, and commits with one 16-bit store of cur.  Preemption,
+ * kernel keeps in the thread's rseq area, reads its header's bounds and
+ * then its cur (HDR_LOAD), does its loads and its stores to free slots,
+ * and commits with one 16-bit store of cur.  Preemption,
  * migration or a signal before the commit restarts it from the top (the
  * abort handler jumps back), so it never works on a CPU it is not on.
  * Only x86-64 has them; elsewhere the allocator runs per thread.
@@ -99,18 +98,21 @@ static inline struct rseq_area *rseq_self(void)
     "shlq $20, %%rax\n\t"                                                   \
     "addq %[base], %%rax\n\t"           /* this CPU's region */
 
-/* Every sequence reads its header with one 64-bit load: a drainer
- * resets cur and then restores the bounds, and a sequence that read cur
- * before the reset and the bounds after it would commit a stale top.
- * HDR_FIELDS takes the snapshot t apart: cur into c (and t keeps begin in
- * its low 16 bits and end in the next 16). */
-#define HDR_CUR(t, c)                                                       \
-    "movq %[" t "], %[" c "]\n\t"                                           \
-    "shrq $32, %[" c "]\n\t"                                                \
-    "movzwl %w[" c "], %k[" c "]\n\t"
+/* Every sequence reads its header's bounds (begin in the low 16 bits of
+ * t, end in the next 16) with one 32-bit load, then cur with a 16-bit
+ * load.  Two loads, in this order: x86 keeps loads in program order, and
+ * a drainer resets cur before it restores the bounds, so a sequence that
+ * sees the restored bounds sees the reset cur.  Not one 64-bit load: the
+ * previous sequence's 16-bit commit of cur is usually still in the store
+ * buffer, and a load wider than a buffered store it overlaps cannot take
+ * its value from there: it would wait for the store to reach the cache,
+ * on every pop or push that follows another. */
+#define HDR_LOAD(h, t, c)                                                   \
+    "movl (%[" h "]), %k[" t "]\n\t"                                       \
+    "movzwl 4(%[" h "]), %k[" c "]\n\t"
 
 /* Pop one object of cache id from this CPU; NULL if none (empty, locked
- * or not set up).  Two loads, one store, no atomic.
+ * or not set up).  Three loads, one store, no atomic.
  *
  * The fast pop and push are asm goto: once inlined, their failure cases
  * jump straight to the caller's slow path, with no status to test.  They
@@ -125,8 +127,7 @@ static inline void *pcpu_pop(char *base, struct rseq_area *rs, size_t id)
         RSEQ_SECTIONS("%=")
         RSEQ_ENTER("%=", "rs")
         "leaq (%%rax,%[id],8), %[h]\n\t"
-        "movq (%[h]), %[t]\n\t"           /* the header, at once */
-        HDR_CUR("t", "cur")
+        HDR_LOAD("h", "t", "cur")
         "movzwl %w[t], %k[t]\n\t"          /* begin */
         "cmpl %k[t], %k[cur]\n\t"
         "jbe %l[empty]\n\t"
@@ -159,8 +160,7 @@ static inline int pcpu_push(char *base, struct rseq_area *rs, const struct slab 
         RSEQ_ENTER("%=", "rs")
         "movzwl %c[boff](%[slab]), %k[h]\n\t"
         "leaq (%%rax,%[h],8), %[h]\n\t"
-        "movq (%[h]), %[t]\n\t"           /* the header, at once */
-        HDR_CUR("t", "cur")
+        HDR_LOAD("h", "t", "cur")
         "movl %k[t], %k[e]\n\t"
         "shrl $16, %k[e]\n\t"              /* end */
         "cmpl %k[e], %k[cur]\n\t"
@@ -196,8 +196,7 @@ static inline unsigned pcpu_pop_n(char *base, struct rseq_area *rs, size_t id,
         RSEQ_SECTIONS("%=")
         RSEQ_ENTER("%=", "rs")
         "leaq (%%rax,%[id],8), %[h]\n\t"
-        "movq (%[h]), %[t]\n\t"           /* the header, at once */
-        HDR_CUR("t", "cur")
+        HDR_LOAD("h", "t", "cur")
         "movzwl %w[t], %k[t]\n\t"          /* begin */
         "xorl %k[k], %k[k]\n\t"
         "cmpl %k[t], %k[cur]\n\t"
@@ -234,8 +233,7 @@ static inline unsigned pcpu_push_n(char *base, struct rseq_area *rs, size_t id,
         RSEQ_SECTIONS("%=")
         RSEQ_ENTER("%=", "rs")
         "leaq (%%rax,%[id],8), %[h]\n\t"
-        "movq (%[h]), %[t]\n\t"           /* the header, at once */
-        HDR_CUR("t", "cur")
+        HDR_LOAD("h", "t", "cur")
         "movl %k[t], %k[k]\n\t"
         "shrl $16, %k[k]\n\t"              /* end */
         "cmpl %k[k], %k[cur]\n\t"
