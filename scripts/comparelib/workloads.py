@@ -44,7 +44,8 @@ MANYTHREADS_N = [2, 64, 256, 1024]
 # percpu: the standard allocator benchmarks of issue 11, one table each,
 # plus the speed summary line (geometric mean of the time ratios).
 GROUPS = {
-    'percpu': ['larson', 'churn-1', 'churn-n', 'xthread', 'stchurn'] +
+    'percpu': ['larson', 'churn-1', 'churn-n', 'xthread', 'stchurn', 'sizemix',
+               'batchfree'] +
               ['manythreads-%d' % n for n in MANYTHREADS_N],
     # large: blocks above 32 KiB (issue 12), bench/large.c
     'large': ['large-touch', 'large-maps', 'large-mixed-1', 'large-mixed-2'],
@@ -128,6 +129,19 @@ def suite(bench, quick):
         % (('10k', '200k') if q else ('100k', '8M')),
         [os.path.join(bench, 'stchurn')] +
         (['-w', '10000', '-n', '200000'] if q else ['-w', '100000', '-n', '8000000']),
+        extra=speed_extra, speed=True))
+    W.append(Workload(
+        'sizemix', '%d thread(s), each replacing random blocks of its 1024 slots, '
+        '%s steps, sizes 4 B..32 KiB with P(size > x) ~ 4/x (glibc\'s benchmark mix)'
+        % (ncpu, '200k' if q else '20M'),
+        [os.path.join(bench, 'sizemix'), '-t', str(ncpu), '-n', '200000' if q else '20000000'],
+        extra=speed_extra, speed=True))
+    W.append(Workload(
+        'batchfree', '%d thread(s) allocating batches of one size (16 B x 3000 .. 96 KiB x 1) '
+        'and freeing four fifths at once, in and against allocation order; 1 block in 64 '
+        'freed by another thread (sh6bench and sh8bench\'s patterns), %s batches each'
+        % (2 * ncpu, '2000' if q else '60000'),
+        [os.path.join(bench, 'batchfree'), '-t', str(2 * ncpu), '-n', '2000' if q else '60000'],
         extra=speed_extra, speed=True))
     # Blocks above 32 KiB (group large, issue 12).
     lg = os.path.join(bench, 'large')
