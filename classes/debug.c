@@ -172,8 +172,7 @@ static void report_tail(const struct debug_snapshot *sn)
 
 static void __attribute__((noreturn)) report_abort(void)
 {
-    signal(SIGABRT, SIG_DFL);
-    abort();
+    os_abort();
 }
 
 /* ---------------------------------------------------------------- */

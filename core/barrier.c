@@ -125,12 +125,12 @@ static void block_signals(void)
     sigdelset(&set, SIGFPE);
     sigdelset(&set, SIGTRAP);
     sigdelset(&set, SIGSYS);
-    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, &prot_saved_mask, 8);
+    os_syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, &prot_saved_mask, 8);
 }
 
 static void restore_signals(void)
 {
-    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &prot_saved_mask, NULL, 8);
+    os_syscall(SYS_rt_sigprocmask, SIG_SETMASK, &prot_saved_mask, NULL, 8);
 }
 
 static void uffd_failed(const char *what, int err)

@@ -104,14 +104,14 @@ int fdguard_list(int *out, int max)
  * preload layer's wrappers, which would refuse our own descriptors. */
 static void raw_close(int fd)
 {
-    syscall(SYS_close, fd);
+    os_syscall(SYS_close, fd);
 }
 
 static int raw_dup_high(int fd)
 {
-    int hi = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, OS_FD_MIN);
+    int hi = (int)os_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, OS_FD_MIN);
     if (hi < 0)
-        hi = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);   /* a low RLIMIT_NOFILE */
+        hi = (int)os_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);   /* a low RLIMIT_NOFILE */
     return hi;
 }
 

@@ -5,10 +5,11 @@
 #include "fmt.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "os.h"
 
 void (*sd_fatal_hook)(void);
 
@@ -166,7 +167,5 @@ void sd_fatal(const char *fmt, ...)
         sd_fatal_hook = NULL;
         hook();
     }
-    /* abort() without going through anything that may allocate. */
-    signal(SIGABRT, SIG_DFL);
-    abort();
+    os_abort();
 }

@@ -125,7 +125,7 @@ void forkcopy_parent(void)
     fdguard_close(&fork_pipe[1]);
     int fd = fdguard_get(&fork_pipe[0]);
     char c;
-    while (fd >= 0 && read(fd, &c, 1) < 0 && errno == EINTR)
+    while (fd >= 0 && os_read(fd, &c, 1) < 0 && errno == EINTR)
         ;                               /* EOF if the fork failed */
     fdguard_put();
     fdguard_close(&fork_pipe[0]);

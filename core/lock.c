@@ -15,6 +15,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "os.h"
+
 #define SPINS 100                       /* about a slab lock's hold time */
 
 void (*sd_spin_deadlock_hook)(const sd_spin *l);
@@ -54,11 +56,11 @@ void sd_spin_lock_slow(sd_spin *l, uint32_t me)
                 continue;
             v |= SD_SPIN_WAITERS;
         }
-        syscall(SYS_futex, &l->holder, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+        os_syscall(SYS_futex, &l->holder, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
     }
 }
 
 void sd_spin_wake(sd_spin *l)
 {
-    syscall(SYS_futex, &l->holder, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    os_syscall(SYS_futex, &l->holder, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fmt.h"
+#include "os.h"
 
 extern char **environ;
 
@@ -239,9 +240,9 @@ static void parse_proc_environ(void)
     size_t len = 0;
     ssize_t r;
     while (len < sizeof buf - 1 &&
-           (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+           (r = os_read(fd, buf + len, sizeof buf - 1 - len)) > 0)
         len += (size_t)r;
-    close(fd);
+    os_close(fd);
     buf[len] = 0;
     for (size_t i = 0; i < len; i += strlen(buf + i) + 1)
         parse_one(buf + i);

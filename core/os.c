@@ -10,6 +10,8 @@
 #include <link.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -171,7 +173,7 @@ static int self_pidfd(void)
         fdguard_open_begin();           /* (one opening at a time) */
         if (owner != me) {
             fdguard_close(&fd);         /* the parent's, in a fork child */
-            fdguard_adopt((int)syscall(SYS_pidfd_open, me, 0), &fd);
+            fdguard_adopt((int)os_syscall(SYS_pidfd_open, me, 0), &fd);
             __atomic_store_n(&owner, me, __ATOMIC_RELEASE);
         }
         fdguard_open_end();
@@ -196,7 +198,7 @@ void os_purge_batch(const struct os_range *r, unsigned n)
             iov[i] = (struct iovec){ r[i].p, r[i].size };
             want += r[i].size;
         }
-        long got = syscall(SYS_process_madvise, pfd, iov, (size_t)n, MADV_DONTNEED, 0u);
+        long got = os_syscall(SYS_process_madvise, pfd, iov, (size_t)n, MADV_DONTNEED, 0u);
         fdguard_put();
         if (got == (long)want)
             return;
@@ -238,7 +240,7 @@ unsigned os_ncpus(void)
 
 int os_membarrier(int cmd)
 {
-    long r = syscall(__NR_membarrier, cmd, 0, 0);
+    long r = os_syscall(__NR_membarrier, cmd, 0, 0);
     return r < 0 ? -errno : (int)r;
 }
 
@@ -252,20 +254,20 @@ void os_signals_block_async(uint64_t *old)
     sigdelset(&set, SIGFPE);
     sigdelset(&set, SIGTRAP);
     sigdelset(&set, SIGSYS);
-    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, old, sizeof *old);
+    os_syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, old, sizeof *old);
 }
 
 void os_signals_restore(uint64_t mask)
 {
-    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, sizeof mask);
+    os_syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, sizeof mask);
 }
 
 void os_fd_reserve(void)
 {
     for (int fd = 0; fd <= 2; fd++) {
-        int hi = fcntl(fd, F_DUPFD_CLOEXEC, OS_FD_MIN);
+        int hi = (int)os_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, OS_FD_MIN);
         if (hi >= 0) {
-            close(hi);
+            os_close(hi);
             return;
         }
         if (errno != EBADF)
@@ -320,6 +322,67 @@ int os_protect(void *p, size_t size, int writable)
                ? errno : 0;
 }
 
+/* ---------------------------------------------------------------- */
+/* The allocator's own system calls                                  */
+
+/* glibc: exported, not declared; the same functions as read, pread64,
+ * close and sigaction, under names no wrapper of ours takes. */
+extern ssize_t __read(int fd, void *buf, size_t n);
+extern ssize_t __pread64(int fd, void *buf, size_t n, off64_t off);
+extern int __close(int fd);
+extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+
+ssize_t os_read(int fd, void *buf, size_t n)
+{
+    return __read(fd, buf, n);
+}
+
+ssize_t os_pread(int fd, void *buf, size_t n, off_t off)
+{
+    return __pread64(fd, buf, n, off);
+}
+
+int os_close(int fd)
+{
+    return __close(fd);
+}
+
+#if defined(__x86_64__)
+long os_syscall6(long n, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+    register long r10 __asm__("r10") = a4;
+    register long r8 __asm__("r8") = a5;
+    register long r9 __asm__("r9") = a6;
+    long r;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "a"(n), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    if (r < 0 && r > -4096) {
+        errno = (int)-r;
+        return -1;
+    }
+    return r;
+}
+#else
+/* The preload layer wraps syscall() on x86-64 only: here it is libc's. */
+long os_syscall6(long n, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+    return syscall(n, a1, a2, a3, a4, a5, a6);
+}
+#endif
+
+void os_abort(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    __sigaction(SIGABRT, &sa, NULL);
+    abort();
+}
+
 /* The start of a small /proc file into buf (NUL-ended); "" on error. */
 static void read_proc(const char *path, char *buf, size_t size)
 {
@@ -332,8 +395,8 @@ ssize_t os_read_file(const char *path, char *buf, size_t size)
     ssize_t n = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-        n = read(fd, buf, size);
-        close(fd);
+        n = os_read(fd, buf, size);
+        os_close(fd);
     }
     return n;
 }
@@ -358,7 +421,7 @@ size_t os_max_map_count(void)
 
 uint32_t os_gettid(void)
 {
-    return (uint32_t)syscall(SYS_gettid);
+    return (uint32_t)os_syscall(SYS_gettid);
 }
 
 uint64_t os_now_ns(void)

@@ -115,6 +115,29 @@ static inline uint64_t os_timespec_ns(const struct timespec *t)
 {
     return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
 }
+/* ---- the allocator's own system calls ----
+ * The shared library exports read, pread, close, fcntl, signal and
+ * syscall under their libc names (preload/).  Inside it a plain call of
+ * one of those names binds to that wrapper, while the static core the
+ * tests link calls libc's: the allocator's own calls go through these
+ * instead, so that both run the same code and no call binds to a higher
+ * layer unseen.  Behind them are glibc's exported internal entries
+ * (__read, __pread64, __close, __sigaction), which nothing interposes, and
+ * the system call instruction.  Nothing here retries at the mesh write
+ * barrier: every buffer passed is the caller's stack or static memory. */
+ssize_t os_read(int fd, void *buf, size_t n);
+ssize_t os_pread(int fd, void *buf, size_t n, off_t off);
+int os_close(int fd);
+/* syscall(2), without the preload layer's wrapper (which catches
+ * fork-like numbers): up to six arguments, -1 and errno on failure. */
+long os_syscall6(long n, long a1, long a2, long a3, long a4, long a5, long a6);
+#define OS_SYSCALL_ARGS(n, a1, a2, a3, a4, a5, a6, ...) \
+    os_syscall6((long)(n), (long)(a1), (long)(a2), (long)(a3), (long)(a4), (long)(a5), (long)(a6))
+#define os_syscall(...) OS_SYSCALL_ARGS(__VA_ARGS__, 0, 0, 0, 0, 0, 0, 0)
+/* abort() with SIGABRT's default action: a program's handler, which may
+ * allocate, does not run inside the allocator. */
+void os_abort(void) __attribute__((noreturn));
+
 /* Up to size bytes of the start of a small file (/proc, /sys) into buf;
  * the bytes read or -1.  Does not allocate. */
 ssize_t os_read_file(const char *path, char *buf, size_t size);

@@ -69,7 +69,7 @@ static __thread size_t alt_theirs_size, alt_ours_size;
 int sigchain_sigaltstack(const stack_t *ss, stack_t *old)
 {
     stack_t cur;
-    if (syscall(SYS_sigaltstack, NULL, &cur))
+    if (os_syscall(SYS_sigaltstack, NULL, &cur))
         return -1;
     if (old) {
         *old = cur;
@@ -95,7 +95,7 @@ int sigchain_sigaltstack(const stack_t *ss, stack_t *old)
     }
     /* Fails with EPERM while the thread runs on its signal stack: then
      * nothing changes and ours, if any, stays. */
-    if (syscall(SYS_sigaltstack, &mine, NULL)) {
+    if (os_syscall(SYS_sigaltstack, &mine, NULL)) {
         int e = errno;
         if (m)
             os_unmap(m, msize);
@@ -145,7 +145,7 @@ int sigchain_sigmask(int how, const sigset_t *set, sigset_t *old)
             w[0] &= ~(1UL << (SIGSEGV - 1));
         set = &copy;
     }
-    long r = syscall(SYS_rt_sigprocmask, how, set, old, 8);
+    long r = os_syscall(SYS_rt_sigprocmask, how, set, old, 8);
     return r < 0 ? errno : 0;
 }
 

@@ -31,7 +31,7 @@ static pid_t ufd_pid;                   /* the process it belongs to */
  * the system call, or /dev/userfaultfd when the call is refused. */
 static int new_fd(int *fd)
 {
-    long r = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    long r = os_syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
     if (r >= 0) {
         *fd = (int)r;
         return 0;
@@ -42,7 +42,7 @@ static int new_fd(int *fd)
         return err;                     /* EPERM, ENOSYS: the call's reason */
     r = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
     err = errno;
-    syscall(SYS_close, dev);
+    os_syscall(SYS_close, dev);
     if (r < 0)
         return err;
     *fd = (int)r;
@@ -68,7 +68,7 @@ int uffd_open(void)
     fdguard_open_begin();
     int fd = -1, err = new_fd(&fd);
     if (!err && (err = negotiate(fd)))
-        syscall(SYS_close, fd);
+        os_syscall(SYS_close, fd);
     if (!err) {
         ufd_pid = getpid();
         fdguard_adopt(fd, &ufd);
@@ -157,7 +157,7 @@ static unsigned long drain(int fd)
     struct uffd_msg msg[16];
     unsigned long n = 0;
     ssize_t r;
-    while ((r = read(fd, msg, sizeof msg)) > 0) {
+    while ((r = os_read(fd, msg, sizeof msg)) > 0) {
         n += (unsigned long)r / sizeof msg[0];
         if ((size_t)r < sizeof msg)
             break;

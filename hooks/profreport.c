@@ -370,11 +370,11 @@ void prof_write_heap(int fd)
     int mfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (mfd >= 0) {
         ssize_t r;
-        while (!w.err && (r = read(mfd, w.buf, sizeof w.buf)) > 0) {
+        while (!w.err && (r = os_read(mfd, w.buf, sizeof w.buf)) > 0) {
             w.n = (size_t)r;
             out_flush(&w);
         }
-        close(mfd);
+        os_close(mfd);
     }
 }
 
@@ -396,15 +396,15 @@ void prof_write_final(void)
     if (fd < 0)
         return;
     prof_write_heap(fd);
-    close(fd);
+    os_close(fd);
     if ((fd = open_out("pinned.folded", folded, sizeof folded)) < 0)
         return;
     prof_write_folded(fd, PROF_SORT_PINNED);
-    close(fd);
+    os_close(fd);
     if ((fd = open_out("sites", sites, sizeof sites)) < 0)
         return;
     prof_print_sites(fd, PROF_SORT_PINNED, 50);
-    close(fd);
+    os_close(fd);
     sd_dprintf(2, "slabdefrag: heap profile in %s, pinned bytes as folded stacks in "
                "%s, sites in %s\n", heap, folded, sites);
 }

@@ -97,6 +97,7 @@
 #include "pcpu.h"
 #include "sdmalloc.h"
 #include "segment.h"
+#include "sigchain.h"
 #include "stat.h"
 #include "tcache.h"
 #include "vacate.h"
@@ -322,8 +323,8 @@ static int cgroup_events_open(size_t *high_bytes)
     int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+    ssize_t n = os_read(fd, buf, sizeof buf - 1);
+    os_close(fd);
     if (n <= 3 || strncmp(buf, "0::", 3))
         return -1;
     buf[n] = 0;
@@ -334,8 +335,8 @@ static int cgroup_events_open(size_t *high_bytes)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         char v[32];
-        ssize_t m = read(fd, v, sizeof v - 1);
-        close(fd);
+        ssize_t m = os_read(fd, v, sizeof v - 1);
+        os_close(fd);
         *high_bytes = 0;
         for (ssize_t i = 0; i < m && v[i] >= '0' && v[i] <= '9'; i++)
             *high_bytes = *high_bytes * 10 + (size_t)(v[i] - '0');
@@ -351,7 +352,7 @@ static int psi_open(void)
         return -1;
     static const char trig[] = "some 150000 2000000";
     if (write(fd, trig, sizeof trig) < 0) {
-        close(fd);
+        os_close(fd);
         return -1;
     }
     return fd;
@@ -382,7 +383,7 @@ static int leave(int anyway)
     }
     sd_mutex_unlock(&lock);
     if (own)
-        pthread_sigmask(SIG_SETMASK, &mask, NULL);
+        sigchain_sigmask(SIG_SETMASK, &mask, NULL);
     return out;
 }
 
@@ -561,7 +562,7 @@ void *shrinker_main(void *arg)
         if (r > 0 && fds[0].revents & POLLIN) {
             uint64_t v;
             int fd = fdguard_get(&wake_fd);
-            if (fd < 0 || read(fd, &v, sizeof v) < 0)
+            if (fd < 0 || os_read(fd, &v, sizeof v) < 0)
                 v = 0;            /* spurious */
             fdguard_put();
             if (v & WAKE_EXPLICIT_MASK) {
@@ -579,7 +580,7 @@ void *shrinker_main(void *arg)
         if (r > 0 && icg >= 0 && fds[icg].revents & (POLLPRI | POLLERR)) {
             char b[256];
             int fd = fdguard_get(&cg_fd);
-            if (fd >= 0 && pread(fd, b, sizeof b, 0) < 0) { /* nothing */ }
+            if (fd >= 0 && os_pread(fd, b, sizeof b, 0) < 0) { /* nothing */ }
             fdguard_put();
             __atomic_fetch_add(&stats.wake_pressure, 1, __ATOMIC_RELAXED);
             do_pass = 2;          /* urgent */
@@ -765,6 +766,10 @@ static int create_thread_locked(void)
     if (pthread_attr_init(&attr))
         return -1;
     int err = pthread_attr_setsigmask_np(&attr, &mask);
+    /* In the shared library this is deliberately the preload layer's own
+     * pthread_create (preload/lifetime.c), which starts shrinker_main
+     * without counting it among the program's threads; in the static core
+     * it is libc's. */
     if (!err)
         err = pthread_create(&thread, &attr, shrinker_main, NULL);
     pthread_attr_destroy(&attr);
@@ -908,7 +913,7 @@ void shrinker_park(void)
     if (!parked && !shut_down) {
         parked = 1;
         resume = running && !stopping;
-        pthread_sigmask(SIG_BLOCK, NULL, &park_mask);
+        sigchain_sigmask(SIG_BLOCK, NULL, &park_mask);
         /* A thread that is asleep leaves at once; one in a pass finishes
          * it first (its budget, plus what kick() callbacks overrun). */
         uint64_t wait_ms = sd_opt.pass_budget_ms + PARK_WAIT_MS;

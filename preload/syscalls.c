@@ -20,10 +20,10 @@
  * The next definition (libc's, or that of an interposer loaded after us)
  * is found with dlsym(RTLD_NEXT) by syscalls_init() in the constructor:
  * the calls stay cancellation points, as the raw syscall() would not be.
- * dlsym may allocate, so what the allocator itself calls must not depend
- * on it: until then read and pread (core/options.c reads /proc inside the
- * first malloc) go to glibc's exported __read and __pread64, the same
- * functions, and the others resolve at their first call.  If RTLD_NEXT
+ * Until then read and pread go to glibc's exported __read and __pread64,
+ * the same functions, and the others resolve at their first call.  (The
+ * allocator's own reads do not come here but go to those two directly,
+ * core/os.h: inside malloc, a dlsym that allocates would recurse.)  If RTLD_NEXT
  * finds nothing (libc ahead of us in the search order), libc's own
  * definition is taken from its handle; failing that, the system call.
  *
