@@ -1,5 +1,7 @@
 /*
- * hooks/shrinker.c - the background shrinker.
+ * hooks/shrinker.c - the background shrinker: its thread's life and its
+ * loop, which decides when to run which pass (the passes themselves are
+ * hooks/shrinkpass.c).
  *
  * One thread, started lazily: when a cache with get/kick is created, when
  * sd_shrink_wake() is called, at start-up when an option asks for it
@@ -9,38 +11,52 @@
  * once the program runs more than four threads per CPU (their caches are
  * bounded by taking idle threads' slabs back).  Never from inside malloc
  * with an allocator or C library lock held.  It sleeps in poll() on:
- *   - an eventfd (sd_shrink_wake, shutdown),
+ *   - an eventfd (sd_shrink_wake, shutdown, the free path's nudges, the
+ *     first released slot of meshing's arena),
  *   - a PSI trigger on /proc/pressure/memory (150 ms of stall in 2 s),
  *   - the cgroup v2 memory.events file (a memory.high/max event),
  *     these two from a second after the thread first started (watch_from),
- *   - the control socket (slabinfo), when enabled,
- * with the next SLABDEFRAG_SHRINK_INTERVAL_MS deadline as the timeout
- * (a deadline: wakes and nudges do not postpone it).  On an interval it
- * shrinks only if RSS exceeds SLABDEFRAG_RSS_LIMIT_MB (or the cgroup's
- * memory.high) or some cache has get/kick or meshing is on or per-thread
- * mode has many threads; on pressure or a wake, always.  With SLABDEFRAG_MESH=1 each pass ends with a mesh pass
- * (classes/mesh.c) of its own budget, and while that one finds more
- * candidates than it had time for, a catch-up comes MESH_AGAIN_MS after
- * it: a longer mesh pass alone in an idle program, after a rest as long
- * as the last one took, a full pass in one that allocates, after a rest
- * of four times its duration (mesh_catchup).  With meshing, the free
- * path also nudges the thread (per 64 slabs that frees left sparse:
- * classes/cache.c; an eventfd write unless the thread already watches the
- * nudges, sparse_nudge) and once the nudges pause for NUDGE_QUIET_MS, a
- * pass meshes at once, classes that grew included: a burst of frees is
- * meshed within about two seconds, and an idle program gets no pass but
- * the interval's.  Until they pause (for at most MESH_HOLD_MAX_MS), the
- * interval's passes and the catch-ups do not mesh; nor, for at most
- * MESH_COMPUTE_HOLD_MS more, while the program computes without
- * allocating (compute_hold, hooks/meshpace.c).  A decay (plus
- * DECAY_SLACK_MS) after a pass that gave memory back or left slots dirty
- * comes a decay pass (decay_pass: empties and extents past the decay,
- * idle CPUs' caches; every dirty slot if the program is idle), and
- * another a decay later while one gives something back: bench/burst's
- * steady state came at 1.89-2.01 s after its frees, with the interval's
- * phase; now 1.16 s.
- * A pass walks the caches round-robin and stops when its time budget
- * (SLABDEFRAG_PASS_BUDGET_MS) is spent; the next pass resumes there.
+ *   - the control socket (slabinfo), when enabled.
+ *
+ * The loop (shrinker_main) is one round per wake:
+ *   next_wake     the earliest deadline: the interval, a quiet or catch-up
+ *                 mesh, released slots, the pressure files, a decay pass;
+ *   woken         what the poll returned: an explicit wake or memory
+ *                 pressure asks for an urgent pass, a nudge is noted;
+ *   tend          what every wake does: the nudges and compute_hold's
+ *                 look, opening the pressure files, released slots;
+ *   interval_due  at SLABDEFRAG_SHRINK_INTERVAL_MS (a deadline: wakes and
+ *                 nudges do not postpone it): urgent over the RSS limit
+ *                 (SLABDEFRAG_RSS_LIMIT_MB, or near the cgroup's
+ *                 memory.high), a pass if some cache has get/kick, meshing
+ *                 is on, the option asks for it or per-thread mode has many
+ *                 threads, else a decay pass alone;
+ *   choose_pass   then, in this order: what the wake or the interval asked,
+ *                 a quiet mesh, a catch-up, a decay pass (enum pass_kind);
+ *   run_pass      run it and note when the next may come.
+ * With meshing, the free path nudges the thread per 64 slabs that frees
+ * left sparse (classes/cache.c, cache_sparse_nudge): the nudge notes its
+ * time, and writes the eventfd only while the thread does not watch the
+ * nudges already (hooks/meshpace.c).  Once the nudges pause for
+ * NUDGE_QUIET_MS a quiet pass meshes, classes that grew included; until
+ * they pause (for at most MESH_HOLD_MAX_MS) the interval's passes and the
+ * catch-ups do not mesh, nor, for a bounded time more, while the program
+ * computes without allocating (hooks/meshpace.c, compute_hold).  While a
+ * mesh pass finds more candidates than it had time for, a catch-up comes
+ * MESH_AGAIN_MS after it, or after the rest the last catch-up asked for
+ * (hooks/shrinkpass.c).  A decay (plus DECAY_SLACK_MS) after a pass that
+ * gave memory back or left slots dirty comes a decay pass, and another a
+ * decay later while one gives something back.  A pass walks the caches
+ * round-robin and stops when its time budget (SLABDEFRAG_PASS_BUDGET_MS)
+ * is spent; the next pass resumes there.
+ *
+ * Locks.  `lock` guards the thread's life (the variables below it); the
+ * thread takes it only to leave its loop (leave()), never during a pass,
+ * and not at all once it has set `leaving`, so shrinker_stop and
+ * shrinker_park join it with `lock` held.  The passes take the caches'
+ * locks in classes/cache.c's order with no lock of this file held.  The
+ * free path's nudge runs under a slab lock and takes no lock here: a
+ * clock read and at most the eventfd write (wake_add).
  *
  * The thread is the allocator's, not the program's, so it changes nothing
  * about how the program lives and dies:
@@ -97,6 +113,7 @@
 #include "pcpu.h"
 #include "sdmalloc.h"
 #include "segment.h"
+#include "shrinkpass.h"
 #include "sigchain.h"
 #include "stat.h"
 #include "tcache.h"
@@ -136,9 +153,7 @@ static uint64_t watch_from;                  /* monotonic ns: open them from the
 #define WATCH_DELAY_MS 1000
 static int *control_slot;       /* the control socket's (core/fdguard.h) */
 static void (*control_ready)(int fd);
-static unsigned cursor;                      /* next cache to shrink */
-static struct shrinker_stats stats;
-static int mesh_more;                        /* last mesh pass was cut short */
+struct shrinker_stats shrink_stats;           /* shrinkpass.h */
 
 /* After a mesh pass that ran out of budget with candidates left, the
  * next mesh pass comes this many ms after it ended (it was 20: 1M blocks
@@ -146,24 +161,6 @@ static int mesh_more;                        /* last mesh pass was cut short */
  * 16).  In an idle program these catch-up passes mesh only
  * (mesh_catchup). */
 #define MESH_AGAIN_MS 2
-/* A catch-up pass of an idle program meshes for this many pass budgets
- * (mesh_catchup). */
-#define MESH_IDLE_BUDGET 8
-/* In a program that allocates, the thread rests this many times as long
- * as its last catch-up took before the next: at most a fifth of a CPU.
- * python's churn (scripts/pyphases, 5 runs interleaved): back to back
- * (2 ms apart), 50 full passes a second, the churn phase 1.31 s against
- * 0.92 s with meshing off, wall 1.28x; resting 4x, 0.97 s and 1.08x-1.16x
- * for the same final RSS (198-202 MiB); resting 9x, 0.89 s, 1.20x. */
-#define MESH_BUSY_REST 4
-/* In an idle program, as long as its last catch-up took: half a CPU.
- * Back to back, burst's RSS settled 1.2-1.5 s after its frees and
- * python's churn, which exits 0.5 s after the churn, spent its hold
- * meshing (its gc.collect() against the write barriers) and its teardown
- * unmeshing: 1.27x meshing off (9 runs interleaved; 1.10x when the idle
- * test was broken and the hold got no idle catch-up, see program_sig).
- * Resting 1x: burst 1.6 s, python 1.18x (7 runs); 2x: burst 2.0 s. */
-#define MESH_IDLE_REST 1
 /* The free path's nudge (a burst of frees made many slabs sparse) is
  * acted on once no nudge came for this long. */
 #define NUDGE_QUIET_MS 100
@@ -179,12 +176,12 @@ static int mesh_more;                        /* last mesh pass was cut short */
 /* Released slots of meshing's arena wait dirty, and released mesh
  * aliases stale (core/segment.c), this long after the thread first sees
  * them (the first one wakes it) before it punches or maps them back, off
- * the program's threads (settle(): all of them in an idle program, only
- * what the decay asks in a busy one): meanwhile a new slab may take a
- * dirty slot back, without a fault. */
+ * the program's threads (shrink_settle: all of them in an idle program,
+ * only what the decay asks in a busy one): meanwhile a new slab may take
+ * a dirty slot back, without a fault. */
 #define DIRTY_PURGE_MS 20
 /* A decay pass comes this long after the decay of what the last pass
- * left empty (shrinker_main's decay_due). */
+ * left empty (struct shrink_loop's decay_due). */
 #define DECAY_SLACK_MS 20
 
 /* The wake eventfd's counter: explicit wakes (sd_shrink_wake, stop) add
@@ -211,109 +208,15 @@ static void wake_add(uint64_t v)
  * and a control request can run past it. */
 #define PARK_WAIT_MS 100
 
+int shrinker_stopping(void)
+{
+    return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE);
+}
+
 void shrinker_note_pass(size_t bytes)
 {
-    __atomic_fetch_add(&stats.bytes_released, bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&stats.last_pass_ns, os_now_ns(), __ATOMIC_RELAXED);
-}
-
-static int any_ops_cache(void)
-{
-    for (unsigned i = SD_NCLASSES; i < SD_MAX_CACHES; i++) {
-        struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
-        if (c && c->has_ops && !c->dead)
-            return 1;
-    }
-    return 0;
-}
-
-static void pass_event(size_t bytes)
-{
-    uint64_t now = os_now_ns();
-    sd_dprintf(2, "event=shrink_pass mono=%lu.%09lu bytes=%zu\n",
-               (unsigned long)(now / 1000000000ull),
-               (unsigned long)(now % 1000000000ull), bytes);
-}
-
-/* One bounded pass; returns the bytes released.  `mesh_all`: mesh the
- * classes that made new slabs since the last pass too.  `urgent` (memory
- * pressure, the RSS limit, sd_shrink_wake) releases every retained empty
- * slab; a pass of the interval only those idle past the decay: a program
- * that frees and allocates again would otherwise fault its slabs back in
- * every second (python's churn under meshing released and refaulted
- * 95 MB in 19 passes). */
-static size_t pass(int urgent, int mesh_all, int mesh)
-{
-    uint64_t t0 = os_now_ns(), budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
-    uint64_t deadline = t0 + budget;
-    size_t bytes = urgent ? large_trim() : large_purge_decayed();
-    /* One drain of every CPU's stacks for the pass, not one per cache:
-     * each is a membarrier fence, an IPI to every CPU running the program
-     * (a hundred per pass with the malloc classes alone). */
-    pcpu_drain(NULL);
-    for (unsigned n = 0; n < SD_MAX_CACHES; n++) {
-        unsigned i = (cursor + n) % SD_MAX_CACHES;
-        struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
-        if (!c || c->dead)
-            continue;
-        bytes += vacate_shrink_cache(c, deadline, !urgent, 1);
-        if (os_now_ns() > deadline) {
-            cursor = i + 1;
-            break;
-        }
-    }
-    bytes += cache_purge_sparse(deadline);  /* small classes' sparse pages */
-    /* kick() callbacks allocated through this thread: give its active
-     * slabs back so they can fill up or be vacated next time. */
-    tcache_flush_self();
-    /* Per-thread mode: threads that made no allocator call since the last
-     * pass give their active slabs and rings back (the gate, tcache.h). */
-    tcache_reclaim(urgent);
-    /* Meshing, with a budget of its own: a pass holds one slab write-
-     * protected at a time, for the copy of one slab.  Not when asked to
-     * leave: exit waits for this thread (shrinker_stop). */
-    if (mesh && mesh_enabled() && !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
-        bytes += mesh_pass(os_now_ns() + budget,
-                           &mesh_more, (mesh_all ? MESH_GROWING : 0) | (urgent ? MESH_FORCE : 0));
-    /* Released slots (counted above): a pass of the interval punches the
-     * kinds dirty for the decay, for a budget (settle() the rest). */
-    segment_purge_dirty(urgent, urgent ? 0 : os_now_ns() + budget);
-    uint64_t now = os_now_ns(), dt = now - t0;
-    if (sd_opt.pass_events && bytes)    /* scripts/compare marks it on its plots */
-        pass_event(bytes);
-    __atomic_fetch_add(&stats.passes, 1, __ATOMIC_RELAXED);
-    stat_max(&stats.longest_pass_ns, dt);
-    shrinker_note_pass(bytes);
-    return bytes;
-}
-
-/* An interval with nothing to shrink: what idled past the decay goes
- * back all the same (retained empty slabs, free extents and cached
- * mappings of big blocks), which the allocation slow path does for a
- * busy program, and nothing does for an idle one (a server between
- * requests: redis-age kept 4 MiB of a freed dict table and the empties of
- * a dozen classes for as long as it idled), and the free pages of the
- * small classes' sparse slabs, which no free gives back (classes/cache.c,
- * "Pages of sparse slabs").  A program whose per-CPU
- * caches did nothing for an interval has them drained first (their
- * slabs' pages then go back with the rest: classes/pcpu.h).  A few
- * hundred relaxed loads when there is nothing; counted as a pass only
- * when it released memory. */
-static size_t decay_pass(int idle)
-{
-    pcpu_drain_idle();
-    size_t bytes = cache_purge_sparse(os_now_ns() + (uint64_t)sd_opt.pass_budget_ms * 1000000ull);
-    bytes += large_purge_decayed() + cache_release_decayed();
-    /* Idle: every released slot; else the kinds dirty for the decay (the
-     * rest wait for new slabs to take them without a fault). */
-    bytes += segment_purge_dirty(idle, 0);
-    if (!bytes)
-        return 0;
-    __atomic_fetch_add(&stats.decay_passes, 1, __ATOMIC_RELAXED);
-    if (sd_opt.pass_events)
-        pass_event(bytes);
-    shrinker_note_pass(bytes);
-    return bytes;
+    __atomic_fetch_add(&shrink_stats.bytes_released, bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&shrink_stats.last_pass_ns, os_now_ns(), __ATOMIC_RELAXED);
 }
 
 /* cgroup v2: the memory.events file of our cgroup and memory.high. */
@@ -387,84 +290,6 @@ static int leave(int anyway)
     return out;
 }
 
-static unsigned long sig_after_pass;    /* program_sig() after the last pass */
-
-/* Has the program made no refill and no free to a slab since the
- * shrinker's last pass ended? */
-static int program_idle(void)
-{
-    return program_sig() == sig_after_pass;
-}
-
-/* Meshing's catch-up (issue 16).  In an idle program (burst's hold, a
- * server between requests) a mesh pass alone, without the walk of every
- * cache (drains, sorts, releases) that a full pass does first, and for
- * MESH_IDLE_BUDGET pass budgets: nothing waits for it but the meshing.
- * With a full pass of one budget each time, burst's 4 s hold (1M blocks
- * of 16..255 B, 90% freed) took 237 passes, 41% of the process's samples
- * in vacate_shrink_cache re-sorting partial lists that had not changed,
- * and RSS settled 3.7-3.8 s after the frees; mesh-only with one budget
- * 3.8 s, with 8 budgets 2.6-3.0 s (load 11-13).  In a program that
- * allocates, a full pass as before: its sort is what makes the refills
- * fill the fuller slabs, and python's churn with mesh-only catch-ups kept
- * 199-210 MiB against 188-191.  But not back to back: the program's
- * thread pays for every full pass (its per-CPU stacks drained, its
- * refills waiting on the sort's list lock, a CPU beside it busy), and
- * the slabs meshed while it churns soon empty and unmesh again.  A busy
- * program's catch-up comes MESH_BUSY_REST times the last one's duration
- * after it, an idle one's MESH_IDLE_REST times.  Returns the rest it
- * asks for (ns; at least MESH_AGAIN_MS is taken); *released: the bytes
- * the catch-up gave back. */
-static uint64_t mesh_catchup(size_t *released)
-{
-    if (!program_idle()) {
-        uint64_t t0 = os_now_ns();
-        *released = pass(0, 0, 1);
-        return (os_now_ns() - t0) * MESH_BUSY_REST;
-    }
-    uint64_t t0 = os_now_ns();
-    size_t bytes = mesh_pass(t0 + (uint64_t)sd_opt.pass_budget_ms * MESH_IDLE_BUDGET * 1000000ull,
-                             &mesh_more, 0);
-    *released = bytes;
-    __atomic_fetch_add(&stats.mesh_catchups, 1, __ATOMIC_RELAXED);
-    if (bytes) {
-        if (sd_opt.pass_events)
-            pass_event(bytes);
-        shrinker_note_pass(bytes);
-    }
-    return (os_now_ns() - t0) * MESH_IDLE_REST;
-}
-
-static unsigned long sig_settled;       /* program_sig() after the last settle */
-
-/* The released slots of meshing's arena, DIRTY_PURGE_MS after the thread
- * first saw them.  An idle program's stale aliases are mapped back and
- * its dirty slots punched, for MESH_IDLE_BUDGET pass budgets (nothing
- * waits for it).  A busy program's aliases are mapped back for one
- * budget, and only the kinds dirty for the decay are punched: the rest
- * wait for a new slab to take them back without a fault, or for the
- * bound past which the releasing thread punches them itself
- * (core/segment.c, "Dirty slots").  Each mmap, registration and purge
- * from this thread flushes the TLB of the CPU the program runs on, an
- * IPI that a virtual machine pays on both sides.  The budgets also
- * bound how long exit waits for this thread (shrinker_stop): python's
- * teardown unmeshes thousands of hosts, and exit waited 22-78 ms for
- * their aliases to be mapped back, now under 1 ms.  python's churn with
- * meshing (scripts/pyphases, 13 runs interleaved): every released slot
- * punched within 20 ms and no budgets, 1.13x the wall time of meshing
- * off, the shrinker's CPU 1.27 s, final RSS 198 MiB; this, 1.08x, 1.07 s
- * and 193 MiB. */
-static void settle(void)
-{
-    uint64_t t0 = os_now_ns(), budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
-    unsigned long sig = program_sig();
-    if (sig == sig_settled || program_idle())
-        cache_settle_slots(1, t0 + budget * MESH_IDLE_BUDGET);
-    else
-        cache_settle_slots(0, t0 + budget);
-    sig_settled = sig;
-}
-
 /* core/segment.c's wake for its first dirty slot or stale alias: only
  * the eventfd write (it comes from the free path). */
 static void dirty_wake(void)
@@ -472,202 +297,309 @@ static void dirty_wake(void)
     wake_add(WAKE_DIRTY);
 }
 
-/* After a pass that gave memory back or left released slots dirty: a
- * decay pass at `at` (shrinker_main's decay_due), unless one is due. */
-static void decay_after(uint64_t *due, uint64_t at, size_t released)
+/* ---------------------------------------------------------------- */
+/* The loop                                                          */
+
+/* What the loop keeps from one wake to the next (times in monotonic ns,
+ * 0: none). */
+struct shrink_loop {
+    /* The interval is a deadline, not a poll timeout: wakes, nudges and
+     * catch-up passes in between neither postpone it nor stand in for
+     * it, so a program whose frees nudge more often than once an
+     * interval still gets its interval pass. */
+    uint64_t interval, next_interval;
+    uint64_t nudged;                /* the last nudge not acted on */
+    uint64_t held_from;             /* meshing first held back for frees
+                                       that go on (MESH_HOLD_MAX_MS) */
+    int held;                       /* ...and is held back now */
+    int again;                      /* a catch-up is wanted (mesh_more) */
+    struct compute_look look;       /* compute_hold */
+    uint64_t last_mesh;             /* the end of the last pass or catch-up */
+    uint64_t again_gap;             /* from last_mesh to the next catch-up */
+    uint64_t dirty_seen;            /* first saw released slots or stale
+                                       aliases not yet dealt with */
+    /* What the passes left empty or dirty goes back once it has idled
+     * for the decay: a decay pass then, and again a decay later while one
+     * gives something back, rather than at the next interval. */
+    uint64_t decay_wait, decay_due;
+    size_t high;                    /* cg_high, once the files are open */
+    int watch_wait;                 /* opens psi_fd and cg_fd at watch_from */
+};
+
+/* The descriptors one poll watches, and where each is in fds. */
+struct shrink_poll {
+    struct pollfd fds[4];
+    int n, ipsi, icg, ictl, cfd;
+};
+
+#define MS (1000000ull)
+
+static void loop_init(struct shrink_loop *l)
 {
-    if (!*due && (released || segment_dirty_bytes()))
-        *due = at;
+    *l = (struct shrink_loop){ 0 };
+    l->interval = (uint64_t)sd_opt.shrink_interval_ms * MS;
+    l->next_interval = os_now_ns() + l->interval;
+    l->again_gap = MESH_AGAIN_MS * MS;
+    l->decay_wait = ((uint64_t)sd_opt.decay_ms + DECAY_SLACK_MS) * MS;
+    l->high = cg_high;
+    l->watch_wait = !watch_open && sd_opt.psi;
+}
+
+/* The descriptors to poll, read each time: the program may have made
+ * ours move (core/fdguard.h). */
+static void poll_set(struct shrink_poll *p)
+{
+    int psi = __atomic_load_n(&psi_fd, __ATOMIC_ACQUIRE),
+        cg = __atomic_load_n(&cg_fd, __ATOMIC_ACQUIRE);
+    int *cs = __atomic_load_n(&control_slot, __ATOMIC_ACQUIRE);
+    p->n = 0;
+    p->ipsi = p->icg = p->ictl = -1;
+    p->cfd = cs ? __atomic_load_n(cs, __ATOMIC_ACQUIRE) : -1;
+    p->fds[p->n++] = (struct pollfd){ .fd = __atomic_load_n(&wake_fd, __ATOMIC_ACQUIRE),
+                                      .events = POLLIN };
+    if (psi >= 0) {
+        p->ipsi = p->n;
+        p->fds[p->n++] = (struct pollfd){ .fd = psi, .events = POLLPRI };
+    }
+    if (cg >= 0) {
+        p->icg = p->n;
+        p->fds[p->n++] = (struct pollfd){ .fd = cg, .events = POLLPRI };
+    }
+    if (p->cfd >= 0) {
+        p->ictl = p->n;
+        p->fds[p->n++] = (struct pollfd){ .fd = p->cfd, .events = POLLIN };
+    }
+}
+
+/* When to wake next: the earliest of the interval's deadline and what
+ * waits on a time.  While meshing has candidates left it comes back
+ * soon: MESH_AGAIN_MS after the last mesh pass, or the rest a busy
+ * program's catch-up asked for, until a pass makes no progress.  Sets
+ * l->held and l->again for this round. */
+static uint64_t next_wake(struct shrink_loop *l, uint64_t now)
+{
+    const uint64_t quiet = NUDGE_QUIET_MS * MS, look_gap = COMPUTE_LOOK_MS * MS;
+    const uint64_t hold_max = MESH_HOLD_MAX_MS * MS;
+    uint64_t wake_at = l->next_interval;
+    /* held_from is set with nudged (after the poll) and cleared with it
+     * (the quiet pass). */
+    l->held = l->nudged && now - l->held_from < hold_max;
+    if (l->held && l->held_from + hold_max < wake_at)
+        wake_at = l->held_from + hold_max;
+    l->again = shrink_mesh_more && sd_opt.shrink_interval_ms > MESH_AGAIN_MS && !l->held;
+    if (l->again && l->last_mesh + l->again_gap < wake_at)
+        wake_at = l->last_mesh + l->again_gap;
+    if (l->nudged) {                    /* a mesh pass once the frees pause */
+        const struct compute_look *k = &l->look;
+        uint64_t at = !k->at ? l->nudged + quiet - look_gap         /* the first look */
+                    : k->at + look_gap > l->nudged + quiet ? k->at + look_gap
+                    : l->nudged + quiet;
+        if (at < wake_at)
+            wake_at = at;
+    }
+    if (!l->dirty_seen && (segment_dirty_bytes() || segment_stale_aliases()))
+        l->dirty_seen = now;
+    if (l->dirty_seen && l->dirty_seen + DIRTY_PURGE_MS * MS < wake_at)
+        wake_at = l->dirty_seen + DIRTY_PURGE_MS * MS;
+    if (l->watch_wait && watch_from < wake_at)
+        wake_at = watch_from;
+    if (l->decay_due && l->decay_due < wake_at)
+        wake_at = l->decay_due;
+    return wake_at;
+}
+
+/* What woke the thread (r: poll's result): PASS_URGENT for an explicit
+ * wake or memory pressure, else PASS_NONE.  A nudge sets l->nudged; a
+ * control connection is served here. */
+static enum pass_kind woken(struct shrink_loop *l, struct shrink_poll *p, int r)
+{
+    enum pass_kind kind = PASS_NONE;
+    if (r <= 0)
+        return kind;
+    if (p->fds[0].revents & POLLIN) {
+        uint64_t v;
+        int fd = fdguard_get(&wake_fd);
+        if (fd < 0 || os_read(fd, &v, sizeof v) < 0)
+            v = 0;                      /* spurious */
+        fdguard_put();
+        if (v & WAKE_EXPLICIT_MASK) {
+            __atomic_fetch_add(&shrink_stats.wake_explicit, 1, __ATOMIC_RELAXED);
+            kind = PASS_URGENT;
+        } else if (v >= WAKE_NUDGE) {
+            l->nudged = os_now_ns();    /* frees made slabs sparse: quiet_due */
+            nudge_watch_set(1);
+        }
+    }
+    if (p->ipsi >= 0 && p->fds[p->ipsi].revents & (POLLPRI | POLLERR)) {
+        __atomic_fetch_add(&shrink_stats.wake_pressure, 1, __ATOMIC_RELAXED);
+        kind = PASS_URGENT;
+    }
+    if (p->icg >= 0 && p->fds[p->icg].revents & (POLLPRI | POLLERR)) {
+        char b[256];
+        int fd = fdguard_get(&cg_fd);
+        if (fd >= 0 && os_pread(fd, b, sizeof b, 0) < 0) { /* nothing */ }
+        fdguard_put();
+        __atomic_fetch_add(&shrink_stats.wake_pressure, 1, __ATOMIC_RELAXED);
+        kind = PASS_URGENT;
+    }
+    if (p->ictl >= 0 && p->fds[p->ictl].revents & POLLIN && control_ready)
+        control_ready(p->cfd);
+    return kind;
+}
+
+/* The bookkeeping of every wake, whatever pass follows: the nudges and
+ * the look at a computing program, the pressure files once their time
+ * has come, and released slots that waited DIRTY_PURGE_MS.  Returns the
+ * time after it. */
+static uint64_t tend(struct shrink_loop *l)
+{
+    const uint64_t quiet = NUDGE_QUIET_MS * MS, look_gap = COMPUTE_LOOK_MS * MS;
+    uint64_t now = os_now_ns();
+    if (l->nudged)
+        l->nudged = nudge_latest(l->nudged);
+    if (l->look.at && l->look.at < l->nudged)
+        l->look.at = 0;                 /* frees since the look: look again */
+    if (l->nudged && !l->look.at && now >= l->nudged + quiet - look_gap)
+        compute_look(&l->look, now);
+    if (l->nudged && !l->held_from)     /* a nudge in this poll */
+        l->held_from = now;
+    l->held = l->nudged && now - l->held_from < MESH_HOLD_MAX_MS * MS;
+    if (l->watch_wait && now >= watch_from) {
+        /* Only this thread opens them, and one thread runs at a time
+         * (a restarted one starts with them open). */
+        fdguard_open_begin();
+        fdguard_adopt(psi_open(), &psi_fd);
+        fdguard_adopt(cgroup_events_open(&cg_high), &cg_fd);
+        fdguard_open_end();
+        l->high = cg_high;
+        watch_open = 1;
+        l->watch_wait = 0;
+    }
+    if (l->dirty_seen && now >= l->dirty_seen + DIRTY_PURGE_MS * MS) {
+        l->dirty_seen = 0;
+        shrink_settle();                /* stale aliases, then dirty slots */
+        compute_rebase(&l->look);
+        now = os_now_ns();
+    }
+    return now;
+}
+
+/* At the interval's deadline: PASS_URGENT over the RSS limit (or near the
+ * cgroup's memory.high), PASS_INTERVAL when there is something to shrink,
+ * else only a decay pass, here.  `kind`: what woke the thread, which
+ * stands. */
+static enum pass_kind interval_due(struct shrink_loop *l, uint64_t now, enum pass_kind kind)
+{
+    if (now < l->next_interval)
+        return kind;
+    l->next_interval = now + l->interval;
+    size_t rss = os_rss_bytes();
+    size_t limit = (size_t)sd_opt.rss_limit_mb << 20;
+    if ((limit && rss > limit) || (l->high && rss > l->high - l->high / 10)) {
+        __atomic_fetch_add(&shrink_stats.wake_rss, 1, __ATOMIC_RELAXED);
+        return PASS_URGENT;
+    }
+    if (kind != PASS_NONE)
+        return kind;
+    if (shrink_any_ops_cache() || sd_opt.background == SD_BG_ON || mesh_enabled() ||
+        tcache_reclaim_wanted()) {
+        __atomic_fetch_add(&shrink_stats.wake_interval, 1, __ATOMIC_RELAXED);
+        return PASS_INTERVAL;
+    }
+    shrink_decay_pass(1);
+    compute_rebase(&l->look);
+    return PASS_NONE;
+}
+
+/* Frees made many slabs sparse and have paused for NUDGE_QUIET_MS: a
+ * mesh pass now, of the classes that grew too (not an interval later;
+ * not while the frees go on, or the slabs meshed would empty and
+ * unmesh; not while the program computes, compute_hold). */
+static int quiet_due(struct shrink_loop *l, uint64_t now)
+{
+    return l->nudged && now - l->nudged >= NUDGE_QUIET_MS * MS &&
+           !compute_hold(&l->look, now) && !nudge_unwatch(&l->nudged);
+}
+
+/* Which pass to run, `kind` being what the wake and the interval asked. */
+static enum pass_kind choose_pass(struct shrink_loop *l, uint64_t now, enum pass_kind kind)
+{
+    if (kind != PASS_NONE)
+        return kind;
+    if (quiet_due(l, now))
+        return PASS_QUIET;
+    if (l->again && now >= l->last_mesh + l->again_gap)
+        return PASS_CATCHUP;
+    if (l->decay_due && now >= l->decay_due)
+        return PASS_DECAY;
+    return PASS_NONE;
+}
+
+/* Run it, and note what the next wakes depend on. */
+static void run_pass(struct shrink_loop *l, enum pass_kind kind)
+{
+    size_t released = 0;
+    uint64_t rest = MESH_AGAIN_MS * MS;
+    int rebase = 0;
+    switch (kind) {
+    case PASS_NONE:
+        return;
+    case PASS_DECAY:
+        l->decay_due = 0;
+        if (shrink_decay_pass(shrink_program_idle()))
+            l->decay_due = os_now_ns() + l->decay_wait;
+        compute_rebase(&l->look);
+        return;
+    case PASS_QUIET:
+        l->nudged = 0;
+        l->look = (struct compute_look){ 0 };
+        l->held_from = 0;
+        released = shrink_pass(kind, 0);
+        break;
+    case PASS_INTERVAL:
+    case PASS_URGENT:
+        released = shrink_pass(kind, l->held);
+        rebase = 1;
+        break;
+    case PASS_CATCHUP: {
+        uint64_t asked = shrink_mesh_catchup(&released);
+        if (asked > rest)
+            rest = asked;
+        break;
+    }
+    }
+    l->last_mesh = os_now_ns();
+    l->again_gap = rest;
+    shrink_note_program();
+    if (rebase)
+        compute_rebase(&l->look);
+    /* After a pass that gave memory back or left released slots dirty:
+     * a decay pass a decay later, unless one is due. */
+    if (!l->decay_due && (released || segment_dirty_bytes()))
+        l->decay_due = l->last_mesh + l->decay_wait;
 }
 
 void *shrinker_main(void *arg)
 {
-    struct pollfd fds[4];
-    size_t high = cg_high;
-    int watch_wait = !watch_open && sd_opt.psi;  /* opens them at watch_from */
-    uint64_t nudged = 0;            /* ns of the last nudge not acted on */
-    struct compute_look look = { 0 };   /* compute_hold */
-    const uint64_t quiet = NUDGE_QUIET_MS * 1000000ull, look_gap = COMPUTE_LOOK_MS * 1000000ull;
-    /* The interval is a deadline, not a poll timeout: wakes, nudges and
-     * catch-up passes in between do not postpone it (a program whose
-     * frees nudged more often than once a second got no interval pass),
-     * and catch-up passes do not stand in for it. */
-    const uint64_t interval = (uint64_t)sd_opt.shrink_interval_ms * 1000000ull;
-    uint64_t next_interval = os_now_ns() + interval;
-    uint64_t last_mesh = 0;         /* ns of the end of the last mesh pass */
-    const uint64_t again_min = MESH_AGAIN_MS * 1000000ull;
-    uint64_t again_gap = again_min; /* from last_mesh to the next catch-up */
-    uint64_t dirty_seen = 0;        /* ns it first saw dirty slots or stale
-                                       aliases it has not dealt with */
-    uint64_t held_from = 0;         /* ns meshing was first held back for
-                                       frees that go on (MESH_HOLD_MAX_MS) */
-    const uint64_t hold_max = MESH_HOLD_MAX_MS * 1000000ull;
-    /* What the passes left empty or dirty goes back once it has idled
-     * for the decay: a decay pass then (every dirty slot punched if the
-     * program is idle), and again a decay later while one gives something
-     * back - not at the next interval (bench/burst's steady state came
-     * 1.89-2.01 s after its frees, as the interval's phase fell). */
-    const uint64_t decay_wait = ((uint64_t)sd_opt.decay_ms + DECAY_SLACK_MS) * 1000000ull;
-    uint64_t decay_due = 0;         /* ns: a decay pass then; 0: none */
-    nudge_watch_set(0);             /* a new thread: wake it */
+    struct shrink_loop l;
+    struct shrink_poll p;
+    loop_init(&l);
+    nudge_watch_set(0);                 /* a new thread: wake it */
     segment_dirty_purger(dirty_wake);
     for (;;) {
-        if (nudged)                     /* the nudges it watched, not woken by */
-            nudged = nudge_latest(nudged);
-        /* (Each time: the program may have made ours move, core/fdguard.h.) */
-        int n = 0, psi = __atomic_load_n(&psi_fd, __ATOMIC_ACQUIRE),
-            cg = __atomic_load_n(&cg_fd, __ATOMIC_ACQUIRE);
-        fds[n++] = (struct pollfd){ .fd = __atomic_load_n(&wake_fd, __ATOMIC_ACQUIRE),
-                                    .events = POLLIN };
-        int ipsi = -1, icg = -1, ictl = -1;
-        if (psi >= 0) { ipsi = n; fds[n++] = (struct pollfd){ .fd = psi, .events = POLLPRI }; }
-        if (cg >= 0)  { icg = n;  fds[n++] = (struct pollfd){ .fd = cg, .events = POLLPRI }; }
-        int *cs = __atomic_load_n(&control_slot, __ATOMIC_ACQUIRE);
-        int cfd = cs ? __atomic_load_n(cs, __ATOMIC_ACQUIRE) : -1;
-        if (cfd >= 0) { ictl = n; fds[n++] = (struct pollfd){ .fd = cfd, .events = POLLIN }; }
-        /* While meshing has candidates left, come back soon: MESH_AGAIN_MS
-         * after the last mesh pass, or the rest a busy program's catch-up
-         * asked for (each bounded by its budget), until a pass makes no
-         * progress. */
-        uint64_t now = os_now_ns(), wake_at = next_interval;
-        /* held_from is set with nudged (after the poll) and cleared with
-         * it (the quiet pass). */
-        int held = nudged && now - held_from < hold_max;
-        if (held && held_from + hold_max < wake_at)
-            wake_at = held_from + hold_max;
-        int again = mesh_more && sd_opt.shrink_interval_ms > MESH_AGAIN_MS && !held;
-        if (again && last_mesh + again_gap < wake_at)
-            wake_at = last_mesh + again_gap;
-        if (nudged) {                   /* a mesh pass once the frees pause */
-            uint64_t at = !look.at ? nudged + quiet - look_gap     /* the first look */
-                        : look.at + look_gap > nudged + quiet ? look.at + look_gap
-                        : nudged + quiet;
-            if (at < wake_at)
-                wake_at = at;
-        }
-        if (!dirty_seen && (segment_dirty_bytes() || segment_stale_aliases()))
-            dirty_seen = now;
-        if (dirty_seen && dirty_seen + DIRTY_PURGE_MS * 1000000ull < wake_at)
-            wake_at = dirty_seen + DIRTY_PURGE_MS * 1000000ull;
-        if (watch_wait && watch_from < wake_at)
-            wake_at = watch_from;
-        if (decay_due && decay_due < wake_at)
-            wake_at = decay_due;
-        int timeout = wake_at <= now ? 0 : (int)((wake_at - now + 999999u) / 1000000u);
-        int r = poll(fds, (nfds_t)n, timeout);
+        if (l.nudged)                   /* the nudges it watched, not woken by */
+            l.nudged = nudge_latest(l.nudged);
+        poll_set(&p);
+        uint64_t now = os_now_ns(), wake_at = next_wake(&l, now);
+        int timeout = wake_at <= now ? 0 : (int)((wake_at - now + MS - 1) / MS);
+        int r = poll(p.fds, (nfds_t)p.n, timeout);
         int failed = r < 0 && errno != EINTR;
         if ((failed || __atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) && leave(failed))
             break;
-        int do_pass = 0;
-        if (r > 0 && fds[0].revents & POLLIN) {
-            uint64_t v;
-            int fd = fdguard_get(&wake_fd);
-            if (fd < 0 || os_read(fd, &v, sizeof v) < 0)
-                v = 0;            /* spurious */
-            fdguard_put();
-            if (v & WAKE_EXPLICIT_MASK) {
-                __atomic_fetch_add(&stats.wake_explicit, 1, __ATOMIC_RELAXED);
-                do_pass = 2;      /* urgent */
-            } else if (v >= WAKE_NUDGE) {
-                nudged = os_now_ns();   /* frees made slabs sparse: see below */
-                nudge_watch_set(1);
-            }
-        }
-        if (r > 0 && ipsi >= 0 && fds[ipsi].revents & (POLLPRI | POLLERR)) {
-            __atomic_fetch_add(&stats.wake_pressure, 1, __ATOMIC_RELAXED);
-            do_pass = 2;          /* urgent */
-        }
-        if (r > 0 && icg >= 0 && fds[icg].revents & (POLLPRI | POLLERR)) {
-            char b[256];
-            int fd = fdguard_get(&cg_fd);
-            if (fd >= 0 && os_pread(fd, b, sizeof b, 0) < 0) { /* nothing */ }
-            fdguard_put();
-            __atomic_fetch_add(&stats.wake_pressure, 1, __ATOMIC_RELAXED);
-            do_pass = 2;          /* urgent */
-        }
-        if (r > 0 && ictl >= 0 && fds[ictl].revents & POLLIN && control_ready)
-            control_ready(cfd);
-        now = os_now_ns();
-        if (nudged)
-            nudged = nudge_latest(nudged);
-        if (look.at && look.at < nudged)
-            look.at = 0;                /* frees since the look: look again */
-        if (nudged && !look.at && now >= nudged + quiet - look_gap)
-            compute_look(&look, now);
-        if (nudged && !held_from)       /* a nudge in this poll */
-            held_from = now;
-        held = nudged && now - held_from < hold_max;
-        if (watch_wait && now >= watch_from) {
-            /* Only this thread opens them, and one thread runs at a time
-             * (a restarted one starts with them open). */
-            fdguard_open_begin();
-            fdguard_adopt(psi_open(), &psi_fd);
-            fdguard_adopt(cgroup_events_open(&cg_high), &cg_fd);
-            fdguard_open_end();
-            high = cg_high;
-            watch_open = 1;
-            watch_wait = 0;
-        }
-        if (dirty_seen && now >= dirty_seen + DIRTY_PURGE_MS * 1000000ull) {
-            dirty_seen = 0;
-            settle();                   /* stale aliases, then dirty slots */
-            compute_rebase(&look);
-            now = os_now_ns();
-        }
-        if (now >= next_interval) {
-            next_interval = now + interval;
-            size_t rss = os_rss_bytes();
-            size_t limit = (size_t)sd_opt.rss_limit_mb << 20;
-            if ((limit && rss > limit) || (high && rss > high - high / 10)) {
-                __atomic_fetch_add(&stats.wake_rss, 1, __ATOMIC_RELAXED);
-                do_pass = 2;          /* urgent */
-            } else if (do_pass) {
-                /* already one */
-            } else if (any_ops_cache() || sd_opt.background == SD_BG_ON || mesh_enabled() ||
-                       tcache_reclaim_wanted()) {
-                __atomic_fetch_add(&stats.wake_interval, 1, __ATOMIC_RELAXED);
-                do_pass = 1;
-            } else {
-                decay_pass(1);
-                compute_rebase(&look);
-            }
-        }
-        /* Frees made many slabs sparse and have paused for NUDGE_QUIET_MS:
-         * a mesh pass now, of the classes that grew too (not a second
-         * later, after the interval; not while the frees go on, or the
-         * slabs meshed would empty and unmesh). */
-        if (nudged && !do_pass && now - nudged >= quiet && !compute_hold(&look, now) &&
-            !nudge_unwatch(&nudged)) {
-            nudged = 0;
-            look = (struct compute_look){ 0 };
-            held_from = 0;
-            size_t b = pass(0, 1, 1);
-            last_mesh = os_now_ns();
-            again_gap = again_min;
-            sig_after_pass = program_sig();
-            decay_after(&decay_due, last_mesh + decay_wait, b);
-            continue;
-        }
-        if (do_pass) {
-            size_t b = pass(do_pass == 2, do_pass == 2, do_pass == 2 || !held);
-            last_mesh = os_now_ns();
-            again_gap = again_min;
-            sig_after_pass = program_sig();
-            compute_rebase(&look);
-            decay_after(&decay_due, last_mesh + decay_wait, b);
-        } else if (again && now >= last_mesh + again_gap) {
-            size_t b;
-            uint64_t g = mesh_catchup(&b);
-            last_mesh = os_now_ns();
-            again_gap = g > again_min ? g : again_min;
-            sig_after_pass = program_sig();
-            decay_after(&decay_due, last_mesh + decay_wait, b);
-        } else if (decay_due && now >= decay_due) {
-            decay_due = 0;
-            if (decay_pass(program_idle()))
-                decay_due = os_now_ns() + decay_wait;
-            compute_rebase(&look);
-        }
+        enum pass_kind kind = woken(&l, &p, r);
+        now = tend(&l);
+        kind = interval_due(&l, now, kind);
+        run_pass(&l, choose_pass(&l, now, kind));
     }
     segment_dirty_purger(NULL);
     return NULL;
@@ -808,7 +740,7 @@ static void start_locked(void)
         watch_from = os_now_ns() + WATCH_DELAY_MS * 1000000ull;
     if (wake_fd >= 0 && create_thread_locked() == 0) {
         __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
-        stats.running = 1;
+        shrink_stats.running = 1;
         __atomic_store_n(&cache_sparse_nudge, sparse_nudge, __ATOMIC_RELEASE);
         if (armed) {
             __atomic_store_n(&armed, 0, __ATOMIC_RELAXED);
@@ -858,7 +790,7 @@ static int stop_locked(uint64_t deadline_ns)
         __atomic_store_n(&stopping, 0, __ATOMIC_RELEASE);
         leaving = 0;
         abandoned = 0;
-        stats.running = 0;
+        shrink_stats.running = 0;
     } else if (stopping && running) {
         abandoned = 1;          /* it leaves on its own */
     }
@@ -957,7 +889,7 @@ void shrinker_after_fork_child(void)
     watch_from = 0;                 /* the child waits its own first second */
     control_slot = NULL;            /* the parent's; the child opens its own */
     control_ready = NULL;
-    stats.running = 0;
+    shrink_stats.running = 0;
     if (was)
         shrinker_start();
     else if (was_armed)
@@ -974,7 +906,7 @@ void shrinker_set_control(int *slot, void (*on_ready)(int fd))
 
 void shrinker_get_stats(struct shrinker_stats *st)
 {
-    *st = stats;
+    *st = shrink_stats;
     st->running = __atomic_load_n(&running, __ATOMIC_ACQUIRE);
     st->armed = !st->running && __atomic_load_n(&armed, __ATOMIC_RELAXED);
     st->longest_vacate_ns = __atomic_load_n(&vacate_longest_ns, __ATOMIC_RELAXED);
