@@ -12,8 +12,6 @@
 #include "mesh.h"
 #include "options.h"
 
-int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed);
-
 void report_invalid(const char *call, const void *p)
 {
     sd_fatal("%s(): invalid pointer %p", call, p);

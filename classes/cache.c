@@ -237,12 +237,6 @@
 #include "slab.h"
 #include "tcache.h"
 
-/* Page purging (below, "Pages of sparse slabs"): every malloc class in
- * slabs above one page.  From PURGE_EACH_FREE_SIZE a page holds at most 8
- * objects and a slab at most 32, and each free into a sparse slab looks
- * for free pages; below it, only the shrinker's decay pass does. */
-#define PURGE_EACH_FREE_SIZE 512
-
 struct sd_cache sd_malloc_caches[SD_NCLASSES];
 struct sd_cache *sd_caches[SD_MAX_CACHES];
 sd_mutex sd_caches_lock = SD_MUTEX_INIT;
@@ -252,77 +246,6 @@ const char *const sd_stat_names[SD_NSTATS] = {
     SD_CACHE_STATS(X)
 #undef X
 };
-
-static void cache_setup(struct sd_cache *c, uint16_t id, const char *name,
-                        uint32_t object_size, uint32_t size, uint32_t align)
-{
-    size_t n = strlen(name);
-    if (n >= sizeof c->name)
-        n = sizeof c->name - 1;
-    memcpy(c->name, name, n);
-    c->name[n] = 0;
-    c->id = id;
-    c->object_size = object_size;
-    c->size = size;
-    c->align = align;
-    unsigned kind;
-    sizeclass_geometry(size, &kind, &c->capacity);
-    c->kind = (uint8_t)kind;
-    c->refcount = 1;
-    c->tagged = 1;
-    c->list_lock = (sd_mutex)SD_MUTEX_INIT;
-    list_init(&c->partial);
-    list_init(&c->empty);
-    c->debug = (uint8_t)(options_debug_wants(c->name) ? sd_opt.debug : 0);
-    if (c->debug)
-        debug_geometry(c);      /* red zone, free pointer, tracks: debug.h */
-}
-
-static const char *slab_name(const struct slab *s)
-{
-    const struct sd_cache *c = __atomic_load_n(&s->cache, __ATOMIC_RELAXED);
-    return c ? c->name : "?";
-}
-
-void cache_init(void)
-{
-    static int done;
-    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
-        return;
-    /* Before any allocator lock is taken: a fork from another thread while
-     * this one holds a lock must already run our handlers. */
-    fork_handlers_install();
-    sd_mutex_lock(&sd_caches_lock);
-    if (!done) {
-        options_init();
-        slab_harden_init(sd_opt.harden);    /* before the first slab */
-        slab_cache_name = slab_name;
-        sd_spin_deadlock_hook = tcache_deadlock_report;
-        pcpu_init();                /* per-CPU or per-thread, once */
-        mesh_init();                /* before the first segment */
-        for (unsigned i = 0; i < SD_NCLASSES; i++) {
-            char name[32];
-            struct sd_cache *c = &sd_malloc_caches[i];
-            sd_fmt(name, sizeof name, "malloc-%u", sizeclass_size[i]);
-            cache_setup(c, (uint16_t)i, name, sizeclass_size[i],
-                        sizeclass_size[i], SD_MIN_ALIGN);
-            c->is_malloc = 1;
-            if (!c->debug) {        /* debug_geometry placed a debug cache's */
-                unsigned kind;
-                sizeclass_malloc_geometry(c->size, &kind, &c->capacity);
-                c->kind = (uint8_t)kind;
-                c->page_purge = !sd_opt.page_purge ||
-                                seg_kind_bytes(kind) <= (1u << SLAB_PAGE_SHIFT) ? PURGE_NONE :
-                                c->size >= PURGE_EACH_FREE_SIZE ? PURGE_EACH_FREE :
-                                PURGE_IN_PASSES;
-            }
-            mesh_geometry(c);       /* page-sized slabs when meshing */
-            sd_caches[i] = c;
-        }
-        __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
-    }
-    sd_mutex_unlock(&sd_caches_lock);
-}
 
 /* ---------------------------------------------------------------- */
 /* Typed caches: creation and merging (SLUB's find_mergeable)        */
@@ -885,56 +808,6 @@ size_t cache_settle_slots(int all, uint64_t deadline)
 {
     mesh_restore(deadline);
     return segment_purge_dirty(all, deadline);
-}
-
-/* ---------------------------------------------------------------- */
-/* Figures                                                           */
-
-struct usage_walk {
-    struct sd_cache *c;
-    struct cache_usage *u;
-};
-
-static void usage_one(struct slab *s, void *arg)
-{
-    struct usage_walk *w = arg;
-    if (__atomic_load_n(&s->cache, __ATOMIC_RELAXED) != w->c)
-        return;
-    sd_spin_lock(&s->lock);
-    if (s->cache == w->c) {
-        switch (s->state) {
-        case SLAB_ACTIVE:  w->u->active++; break;
-        case SLAB_OWNED:   w->u->active++; break;
-        case SLAB_PARTIAL: w->u->partial++; break;
-        case SLAB_FULL:    w->u->full++; break;
-        case SLAB_FROZEN:  w->u->frozen++; break;
-        case SLAB_EMPTY:   w->u->empty++; break;
-        default: break;
-        }
-        if (s->state != SLAB_UNUSED && s->state != SLAB_RELEASING &&
-            s->state != SLAB_MESHED) {
-            w->u->slabs++;
-            w->u->bytes += seg_kind_bytes(s->kind) -
-                           ((size_t)__builtin_popcountll(slab_purged(s)) << SLAB_PAGE_SHIFT);
-            w->u->objects_inuse += s->inuse;
-            if (s->state == SLAB_OWNED || s->state == SLAB_ACTIVE)
-                w->u->objects_inuse -= __atomic_load_n(&s->nlocal, __ATOMIC_RELAXED);
-        }
-    }
-    sd_spin_unlock(&s->lock);
-}
-
-void cache_usage(struct sd_cache *c, struct cache_usage *u)
-{
-    memset(u, 0, sizeof *u);
-    struct usage_walk w = { c, u };
-    /* No drain half done while counting: its objects would be counted on
-     * their slabs and not on their stack, or the other way round. */
-    pcpu_drain_lock();
-    segment_for_each_slab(usage_one, &w, 0);
-    size_t priv = tcache_private_objects(c->id) + pcpu_cached(c->id);
-    pcpu_drain_unlock(0);
-    u->objects_inuse = u->objects_inuse > priv ? u->objects_inuse - priv : 0;
 }
 
 /* ---------------------------------------------------------------- */

@@ -96,8 +96,14 @@ static inline void cache_stat_add(struct sd_cache *c, enum sd_stat i,
     __atomic_fetch_add(&c->stat[i], n, __ATOMIC_RELAXED);
 }
 
+/* ---- classes/cachesetup.c ---- */
 /* One-time set-up of the malloc caches (idempotent). */
 void cache_init(void);
+/* The fields a new cache starts with: name, id, sizes, geometry, lists,
+ * debug layout (cache_init, cache_create). */
+void cache_setup(struct sd_cache *c, uint16_t id, const char *name,
+                 uint32_t object_size, uint32_t size, uint32_t align);
+/* ---- classes/fork.c ---- */
 /* Register the allocator's fork handlers (classes/fork.c). */
 void fork_handlers_install(void);
 /* The same handlers, called by the preload layer around the forks that
@@ -105,6 +111,7 @@ void fork_handlers_install(void);
 void fork_raw_prepare(void);
 void fork_raw_parent(void);
 void fork_raw_child(void);
+/* ---- classes/cache.c ---- */
 /* Create a slab for c: formatted, unlocked, on no list.  NULL + ENOMEM. */
 struct slab *cache_slab_new(struct sd_cache *c);
 /* Give a slab that is off every list (state RELEASING) back to the OS;
@@ -119,6 +126,10 @@ int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail);
  * candidate that found no partner, a per-CPU refill.  Returns the bytes
  * released (0: kept, on a list or FULL). */
 size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail);
+/* The free path's list moves, called with s locked after `freed` objects
+ * went onto its freelist (classes/alloc.c, classes/debug.c).  Returns 1
+ * if the caller must release it. */
+int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed);
 /* Unlink a PARTIAL slab from the partial list (list lock held). */
 void cache_partial_del_locked(struct sd_cache *c, struct slab *s);
 /* Take a slab off partial (or the retained empties) with its lock held;
@@ -153,6 +164,7 @@ size_t cache_settle_slots(int all, uint64_t deadline);
  * bytes released. */
 size_t cache_release_empty(struct sd_cache *c, int all);
 
+/* ---- classes/cacheusage.c ---- */
 /* Figures for statistics; objects_inuse excludes thread-private lists. */
 struct cache_usage {
     size_t slabs, partial, active, full, frozen, empty;
@@ -161,6 +173,7 @@ struct cache_usage {
 };
 void cache_usage(struct sd_cache *c, struct cache_usage *u);
 
+/* ---- classes/cache.c ---- */
 /* Fork support: every cache's list lock and every slab lock. */
 void cache_lock_all(void);
 void cache_unlock_all(int child);

@@ -31,8 +31,6 @@
 #include "slab.h"
 #include "tcache.h"
 
-int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed);
-
 #define RZ_BYTES     16u          /* minimum red zone */
 #define RZ_BYTE      0xcc
 #define POISON_FREE  0x6b
