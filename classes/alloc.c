@@ -37,7 +37,7 @@ static void activate_unlock(struct tbin *b, struct slab *s)
 
 /* The refill steps of cache_alloc_slow, in the order it tries them; each
  * fills b's private list (and returns 1) or leaves it empty (0).  Inlined
- * into their one caller, so the slow path is one function as before. */
+ * into their one caller, so the slow path is one function. */
 #define REFILL_STEP static inline __attribute__((always_inline))
 
 /* 1. Our own frees, no lock: from the slab that has the most of them,
@@ -569,7 +569,7 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
     *got = 0;
     if (__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED)) {
         sd_mutex_lock(&c->list_lock);
-        /* The fullest of the first REFILL_SCAN partial slabs (issue 16:
+        /* The fullest of the first REFILL_SCAN partial slabs (so that
          * allocation fills the fuller slabs, the sparse ones drain). */
         struct slab *best = NULL;
         unsigned seen = 0;

@@ -34,9 +34,10 @@
  *      mesh_lock (classes/mesh.c) serialises mesh passes; taken with no
  *                              other allocator lock held (see below).
  *   1. sd_caches_lock (sd_mutex, this file)  the cache registry
- *                              sd_caches[]: set-up (cache_init, which also
- *                              decides the per-CPU mode and sets up the
- *                              mesh arena under it), typed cache creation,
+ *                              sd_caches[]: set-up (cache_init, classes/
+ *                              cachesetup.c, which also decides the
+ *                              per-CPU mode and sets meshing up under
+ *                              it), typed cache creation,
  *                              merging and destruction.  Held across an
  *                              allocation: cache_create allocates the new
  *                              struct sd_cache (sdm_malloc from the API)
@@ -59,8 +60,11 @@
  *                              instructions; across a get() callback only
  *                              while vacating; across the madvise of a
  *                              sparse slab's free pages (and, with
- *                              meshing, one eventfd write to nudge the
- *                              shrinker) on the free path, and in the
+ *                              meshing, the nudge of the shrinker: a
+ *                              clock read and at most one eventfd write,
+ *                              or while the thread is only armed,
+ *                              sdm_entry_defer under entry_lock) on the
+ *                              free path, and in the
  *                              shrinker's purge of small classes (its
  *                              slabs picked under the list lock, which is
  *                              dropped before each slab lock); see "Pages
@@ -102,6 +106,14 @@
  * locks as above, and while it holds one slab's lock it only *tries* a
  * second.  No other path ever holds two slab locks.
  *
+ * Locks of the hooks layer, all taken with no allocator lock held:
+ * the heap profiler's table locks (start_lock, then a shard lock, then
+ * the stack or name table lock: hooks/proftab.h) take no allocator lock
+ * under them either, and fork takes them before any allocator lock; the
+ * shrinker's `lock` guards its thread's life, is never held during a
+ * pass, and is above every allocator lock (the thread's creation under
+ * it allocates; the free path's nudge never takes it: hooks/shrinker.c).
+ *
  * Owner-private state takes no lock: a thread's private list, its slabs'
  * local lists and nlocal, and its ring.  Another thread touches them only
  * through the gate (classes/tcache.h): after a membarrier fence has shown
@@ -111,20 +123,21 @@
  * fork child therefore never trusts another thread's tbin: it finds that
  * thread's slabs by owner (classes/fork.c).
  *
- * The fork handler (classes/fork.c) takes reclaim_lock and pcpu_lock
- * first, and with pcpu_lock every transfer cache's lock
- * (no reclaim and no drain is half done in the child; the stacks
- * themselves are consistent at every instant, each sequence committing
- * with one store), then sd_caches_lock, the thread registry, the segment
- * kind locks and the large-block leaves (nobody holding one waits for a
- * slab or list lock), then every slab lock (nobody holding a slab lock
- * waits for a segment lock or a leaf), then every list lock (holders of a
- * list lock only try slab locks).  Before all of them (and before the
- * heap profiler's table locks, which it takes first) it blocks the
- * thread's asynchronous signals, and parent and child restore the mask
- * after their last unlock: a fork from a signal handler that interrupts
- * a fork cannot run while this thread holds them (classes/fork.c,
- * "Signals").
+ * The fork handler (classes/fork.c) first blocks the thread's
+ * asynchronous signals, then takes the heap profiler's table locks
+ * (hooks/proftab.h), then reclaim_lock and pcpu_lock, and with pcpu_lock
+ * every transfer cache's lock (no reclaim and no drain is half done in
+ * the child; the stacks themselves are consistent at every instant, each
+ * sequence committing with one store), then sd_caches_lock, the thread
+ * registry, the segment kind locks and the large-block leaves (nobody
+ * holding one waits for a slab or list lock), then every slab lock
+ * (nobody holding a slab lock waits for a segment lock or a leaf), then
+ * every list lock (holders of a list lock only try slab locks), and last
+ * entry_lock; with meshing it then write-protects the shared slots
+ * (core/forkcopy.c).  Parent and child restore the signal mask after
+ * their last unlock: a fork from a signal handler that interrupts a fork
+ * cannot run while this thread holds them (classes/fork.c, "Signals").
+ * The shrinker's lock is not taken: its child handler starts afresh.
  *
  * Frees in per-CPU mode never touch the slab: any thread pushes onto its
  * CPU's stack, and only a full stack's batch goes back to the slabs,
@@ -423,9 +436,9 @@ void cache_partial_del_locked(struct sd_cache *c, struct slab *s)
  * (a slab with purged pages is released when it empties, never kept: it
  * would have to fault them back in to be reused).  Without it, a
  * cache whose slabs cycle between threads faster than an eighth of them
- * could absorb created, formatted (faulting every page in) and released
- * a slab per cycle: xthread's 288..512 B classes made and released
- * 25,000 slabs in 0.6 s, two thirds of its CPU time in the kernel.  A
+ * could absorb would create, format (faulting every page in) and release
+ * a slab per cycle, and a producer/consumer program would spend most of
+ * its CPU time in the kernel.  A
  * cache that only grows, or only shrinks, keeps its eighth. */
 #define EMPTY_WANT_MAX 4096
 #define EMPTY_WANT_FLOOR 64
@@ -508,7 +521,7 @@ size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail)
  * object while the slab itself still does (1408 B in 16 KiB slabs: 11
  * objects, about 3 per page).  A slab of a small class holds many objects
  * per page, and when its survivors are clustered (objects allocated
- * together die together: redis-age deletes whole runs of keys), its other
+ * together die together: a cache server deletes whole runs of keys), its other
  * pages are free too (80 B in 16 KiB slabs: 204 objects, 51 per page,
  * often one run of keys alive in a slab that spans seven).  Those pages
  * go back to the OS while the slab lives.  In a big class (PURGE_EACH_FREE),
@@ -517,8 +530,9 @@ size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail)
  * every class, from the decay pass); in a small
  * one (PURGE_IN_PASSES), whose slab holds up to 1,024 objects to walk,
  * from the shrinker's decay pass (cache_purge_sparse: a slab that stayed
- * sparse at the tail of the partial list; done on each free, it doubled
- * xthread's time by purging pages that the next batch faulted back in),
+ * sparse at the tail of the partial list; done on each free, it would
+ * purge pages that a producer/consumer program's next batch faults back
+ * in),
  * the pages every object of which is free are purged (heapfile_purge, under
  * the slab lock: a free of the slab waits for the madvise) and their
  * objects leave the freelist, since it lives inside free objects and the
@@ -662,7 +676,7 @@ static void cache_note_sparse(struct sd_cache *c)
  * objects went onto its freelist.  Returns 1 if the caller must release
  * it.  A partial slab that these frees made sparse (at most a quarter in
  * use) moves to the tail of the partial list: allocation takes the head,
- * so the sparse slabs drain instead of being refilled (issue 16). */
+ * so the sparse slabs drain instead of being refilled. */
 int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed)
 {
     SD_ASSERT(sd_spin_held(&s->lock));
@@ -771,9 +785,9 @@ size_t cache_release_empty(struct sd_cache *c, int all)
 
 /* Retained empty slabs past the decay, in every malloc class: a class's
  * own empties were only released when another of its slabs emptied, so
- * after a burst of frees a class nobody freed into again kept an eighth
- * of its slabs for good (redis-age: 87 MiB against jemalloc's 60 after
- * 10 s idle).  Called with no allocator lock held. */
+ * after a burst of frees a class nobody freed into again would keep up
+ * to an eighth of its slabs for good.  Called with no allocator lock
+ * held. */
 size_t cache_release_decayed(void)
 {
     size_t bytes = 0;
@@ -786,8 +800,8 @@ size_t cache_release_decayed(void)
 /* The decay from the allocation slow path, at most every DECAY_TICK_MS:
  * the slabs above, and the big blocks' free extents and cached mappings
  * (which malloc_large decays too, but a program may stop making big
- * blocks), and meshing's released slots for at most a pass budget (the
- * stale aliases of python's teardown took 70 ms to map back).  An idle
+ * blocks), and meshing's released slots for at most a pass budget (a
+ * teardown's stale aliases can take tens of ms to map back).  An idle
  * program makes no slow-path call; the shrinker's interval passes decay
  * for it (hooks/shrinker.c). */
 #define DECAY_TICK_MS 100

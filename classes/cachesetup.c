@@ -19,9 +19,10 @@
 #include "tcache.h"
 
 /* Page purging (classes/cache.c, "Pages of sparse slabs"): every malloc
- * class in slabs above one page.  From PURGE_EACH_FREE_SIZE a page holds at most 8
- * objects and a slab at most 32, and each free into a sparse slab looks
- * for free pages; below it, only the shrinker's decay pass does. */
+ * class in slabs above one page.  From PURGE_EACH_FREE_SIZE a page holds
+ * at most 8 objects and a slab at most 32, and each free into a sparse
+ * slab looks for free pages; below it, only the shrinker's decay pass
+ * does. */
 #define PURGE_EACH_FREE_SIZE 512
 
 void cache_setup(struct sd_cache *c, uint16_t id, const char *name,

@@ -18,9 +18,10 @@
  * adopts the slabs of the threads that did not survive the fork (found by
  * owner in the segments: their per-thread lists may be half updated; see
  * adopt_dead_threads_slabs below).
- * With meshing the heap file is a shared mapping: prepare write-protects it
- * last, the child copies it into a fresh memfd first, and the parent
- * waits for that copy before it writes again (core/heapfile.h).
+ * With meshing the slots that host a mesh are shared mappings: prepare
+ * write-protects them last, the child copies each into a new object of
+ * its own first, and the parent waits for that copy before it writes
+ * again (core/heapfile.h, "Fork").
  * Layers above (the shrinker, the control socket) register their own child
  * handlers later, so they run after this one.
  *

@@ -30,8 +30,7 @@
  *
  * Which slabs.  Only PARTIAL slabs of malloc classes of at most
  * MESH_SMALL_MAX (2 KiB) bytes without debugging.  Larger
- * classes hold few objects per slab and little of a fragmented heap
- * (Redis: under 1%; frag's RSS/live 4.28 with them, 4.53 without), and
+ * classes hold few objects per slab and little of a fragmented heap, and
  * they are where I/O buffers live - stdio's 4 KiB buffers are refilled by
  * glibc's internal read(), which the barrier cannot make retry.  Never
  * ACTIVE/OWNED slabs (a thread pops and pushes their
@@ -43,8 +42,7 @@
  * half full: two slabs can only be disjoint if one of them is (pigeonhole),
  * and the chance that two random occupancies are disjoint,
  * (1 - p^2)^capacity, falls fast with p.  A target may be fuller (see
- * target_ok: on Redis, allowing targets up to 7/8 instead of 1/2 took
- * RSS/used_memory from 3.58 to 3.28 with 16 KiB slabs only).  A source must
+ * target_ok).  A source must
  * not be a host itself (aliases are never chained two deep).  Greedy: the
  * sparsest source meshes into the fullest disjoint candidate; a host can
  * absorb several sources while the union stays disjoint.  A pass that
@@ -181,12 +179,12 @@ void mesh_init(void)
 
 /* Slab size.  Two slabs mesh only if no slot is live in both: with
  * occupancy p and n slots per slab that happens with probability about
- * (1 - p^2)^n.  At p = 15% (Redis after deleting 85% of its keys), a
+ * (1 - p^2)^n.  At p = 15% (a heap after 85% of its objects went), a
  * 16 KiB slab of 32-byte objects (n = 512) essentially never meshes
  * (1e-5), a 4 KiB one (n = 128) in 5.5% of pairs, enough with 127
  * partners per batch.  And once slabs have meshed to half full, two of
  * them are rarely disjoint unless n is small: 16 KiB slabs of 576..2048
- * bytes (n = 28..8) stopped at 50-75% occupancy on Redis.  So a malloc
+ * bytes (n = 28..8) stop meshing at 50-75% occupancy.  So a malloc
  * class gets small slabs: 4 KiB for MESH_SMALL_MIN..MESH_PAGE_MAX bytes
  * (at least 8 objects), 8 KiB up to MESH_SMALL_MAX (at least 4), both with
  * at most 1/8 left over as sizeclass_geometry asks (1408 and 1664 bytes
@@ -196,9 +194,9 @@ void mesh_init(void)
  * But only once the class is big: a class's first SLABDEFRAG_MESH_PAGE_
  * SLABS slabs (default 16, i.e. 256 KiB of 16 KiB slabs) are ordinary, the
  * ones after are small (cache_slab_new).  Small slabs cost speed - more
- * slabs per thread ring, more descriptors touched, more refills - and
- * bench/throughput, whose heap is a few slabs per class, ran at 0.8-0.9x
- * with page slabs everywhere; meshing only pays where a class holds many
+ * slabs per thread ring, more descriptors touched, more refills - which
+ * a program whose heap is a few slabs per class would pay for nothing;
+ * meshing only pays where a class holds many
  * slabs, and there nearly all of them are small.  A cache may thus hold
  * two slab sizes; slabs mesh only with slabs of their own size. */
 #define MESH_SMALL_MIN 32
@@ -214,15 +212,12 @@ void mesh_init(void)
  * rotations differ modulo p disjoint (every other node: half the pairs;
  * all but every fourth: three in four), and a random pattern stays
  * random.  But the rotation costs a program that walks its objects in
- * allocation order: python's cyclic GC visits every container in the
- * order it was made, and a full collection of the dict/str fill of
- * scripts/pychurn.py took 0.087-0.095 s in rotated slabs against
- * 0.066-0.072 s in address order, its fill 0.84 against 0.77 s (7 runs
- * each; equal, 0.50 s, with the GC disabled).  In address order a
- * class's page slabs follow each other (core/segment.c, "Small slabs"),
- * so its objects in allocation order are one ascending run; rotated, each
- * slab is two runs, each starting cold for the hardware prefetchers (the
- * likely reason; measured only as time).
+ * allocation order (python's cyclic GC visits every container in the
+ * order it was made, and takes markedly longer in rotated slabs).  In
+ * address order a class's page slabs follow each other (core/segment.c,
+ * "Small slabs"), so its objects in allocation order are one ascending
+ * run; rotated, each slab is two runs, each starting cold for the
+ * hardware prefetchers.
  *
  * So by default (SLABDEFRAG_MESH_SHUFFLE=1, MESH_ORDER_ADAPT) a class's
  * new slabs start in address order and turn to rotated for good when a
@@ -413,8 +408,8 @@ out:
  * can only be disjoint if one of them is (pigeonhole), and the sparser
  * the source the likelier a partner.  A target may be fuller, up to 7/8:
  * meshing a 15%-full source into a 60%-full host releases a slab as
- * surely as into a 30%-full one, and restricting hosts to half full left
- * the medium classes of Redis (8-28 objects per slab) at 45% occupancy,
+ * surely as into a 30%-full one, and restricting hosts to half full
+ * would leave the medium classes (8-28 objects per slab) near half full,
  * where two hosts are rarely disjoint any more. */
 static int source_ok(uint32_t cap, uint32_t inuse)
 {
@@ -696,7 +691,7 @@ size_t mesh_pass(uint64_t deadline, int *more, int flags)
     size_t released = __atomic_load_n(&stats.bytes_released, __ATOMIC_RELAXED) - before;
     /* Ask for an early next pass only after progress: a heap whose
      * sparse slabs no longer mesh would otherwise be rescanned every few
-     * milliseconds (a quarter of a CPU on an idle Redis). */
+     * milliseconds, a good part of a CPU in an idle program. */
     if (!released)
         *more = 0;
     return released;

@@ -1,5 +1,5 @@
 /*
- * classes/mesh.h - transparent meshing of sparse malloc slabs (issue 6;
+ * classes/mesh.h - transparent meshing of sparse malloc slabs (after
  * Mesh, PLDI 2019).  The design, its proof of safety and its limits are at
  * the top of classes/mesh.c; the memory underneath is core/heapfile.h.
  */

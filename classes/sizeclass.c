@@ -69,7 +69,7 @@ void sizeclass_geometry(uint32_t size, unsigned *kind, uint32_t *capacity)
     pick(size, 2, 8, kind, capacity);
 }
 
-/* Malloc classes are chosen for fragmentation as well as waste (issue 16).
+/* Malloc classes are chosen for fragmentation as well as waste.
  * When a fraction q of a heap's objects survive at random, a slab of n
  * objects comes back empty with probability (1 - q)^n: at q = 0.15, 72% of
  * 2-object slabs, 52% of 4-object, 27% of 8-object and 7% of 16-object
@@ -81,7 +81,7 @@ void sizeclass_geometry(uint32_t size, unsigned *kind, uint32_t *capacity)
  * a per-CPU refill (half a stack) in fewer objects than it asks for, and
  * producer/consumer programs, whose objects go back to the slabs in bulk,
  * fault in and purge slabs at a higher rate: 4 KiB slabs for the 128..512
- * B classes halved xthread (README, "Size classes"). */
+ * B classes would halve a producer/consumer program's throughput. */
 void sizeclass_malloc_geometry(uint32_t size, unsigned *kind, uint32_t *capacity)
 {
     if (size >= 1024)

@@ -680,13 +680,10 @@ static size_t arena_purge(struct xarena *a, uint64_t before)
  * newest dirty extent whatever its size.  Peak RSS stays near the live
  * bytes, and a program that frees everything keeps little resident, even
  * before the decay (jemalloc's decay curve does the same at its epochs).
- * Why 1/3: on large-mixed (README, "Large blocks") the dirty extents are
- * most of what RSS holds above the live bytes (85-95 MB beside 190-230 MB
- * in use at the peak, sampled with slabinfo -p), and each step down
- * trades peak RSS for page faults.  Large-mixed-1, 3 interleaved runs,
- * medians, extents up to 16 MiB: 2/5: peak 433 MiB, 0.77 M faults; 1/3:
- * 429 MiB, 0.96 M faults, 0.84x jemalloc's CPU time (jemalloc: 432 MiB,
- * 1.35 M faults).  1/2 was 14-17 MiB above jemalloc's peak. */
+ * Why 1/3: with large blocks the dirty extents are most of what RSS
+ * holds above the live bytes, and each step down trades peak RSS for
+ * page faults; at 1/3 the peak stays at jemalloc's with fewer faults,
+ * at 1/2 it is above it (docs/benchmarks.md, large-mixed). */
 static void dirty_bound_locked(struct xarena *a)
 {
     SD_ASSERT(sd_mutex_held(&a->lock));

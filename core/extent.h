@@ -1,5 +1,5 @@
 /*
- * core/extent.h - page-granular extents for large blocks (issue 12).
+ * core/extent.h - page-granular extents for large blocks.
  *
  * Blocks from 32 KiB to LARGE_EXTENT_MAX (core/large.h) are extents: runs
  * of whole pages cut out of 64 MiB chunks, as jemalloc's extents and
@@ -30,10 +30,10 @@
  *            are also on a list in the order they were freed (the decay).
  *
  * Why chunks are not the slab segments (core/segment.c): with meshing on,
- * segments come from a memfd mapped MAP_SHARED (core/heapfile.c), copied
- * whole at fork and released by hole punching.  Extents are never meshed,
- * so they stay private anonymous memory: copy-on-write at fork, purged
- * with madvise, and outside the arena's 64 GiB.  Segments are 4 MiB of
+ * a segment's slots that host a mesh become shared objects
+ * (core/heapfile.h), copied at fork and released by removal.  Extents
+ * are never meshed, so they stay private anonymous memory: copy-on-write
+ * at fork, purged with madvise.  Segments are 4 MiB of
  * equal slots with a slab descriptor per slot; a 4 MiB block would not fit
  * in one.
  *

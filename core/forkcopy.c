@@ -46,7 +46,7 @@ void forkcopy_set_realias(void (*realias)(void))
  * page is made writable for exactly one instruction (the trap flag), and
  * the trap after it protects the page again, still before the fork, so
  * no write after the fork ever reaches the child's copy.  x86-64 only;
- * elsewhere such a write would wait forever (as before). */
+ * elsewhere such a write waits forever. */
 #if defined(__x86_64__)
 static void forkcopy_step_done(int sig, siginfo_t *si, void *ucv)
 {

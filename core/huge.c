@@ -26,10 +26,9 @@ struct cached {
 
 #define LARGE_MAX       (1UL << 46)    /* bytes of one block, at most */
 #define CACHE_SLOTS     8
-/* At most 16 MiB of cached mappings, all resident: at 64 MiB, the cache
- * was 15-20 MB of large-mixed's peak RSS (469 MB against 449 MB, 1
- * thread, 3 runs, medians) for 7% fewer page faults, when huge blocks
- * began above 4 MiB.  Since they begin above 16 MiB (core/large.h), only
+/* At most 16 MiB of cached mappings, all resident: a larger cache adds
+ * its whole size to a program's peak RSS for few page faults saved.
+ * Since huge blocks begin above 16 MiB (core/large.h), only
  * those aligned beyond LARGE_ALIGN_MAX are small enough to be cached: a
  * mapping of more than 16 MiB costs 4,096+ page faults to touch, beside
  * which its mmap and munmap are noise, and keeping it would keep as much

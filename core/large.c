@@ -71,7 +71,7 @@ static inline unsigned current_cpu(void)
  * reused by chance.  When no bound thread is left at all, the cached huge
  * mappings are unmapped too.  A thread is counted out by a pthread key's
  * destructor; one whose key could not be set stays counted (its arena is
- * then left to the decay, as before). */
+ * then left to the decay). */
 static __thread unsigned my_arena __attribute__((tls_model("initial-exec")));
 static unsigned arena_turn;
 static unsigned arena_threads[XARENAS];     /* bound threads (atomic) */

@@ -18,13 +18,10 @@
  * of every size of the range share chunks, and a tail no block fits in
  * is address space, not memory (it stays purged).  What decides it is
  * reuse: a freed extent's pages are reused dirty, with no page fault,
- * while a huge block is a fresh mapping, 1,024+ faults to touch.  With
- * the bound at 4 MiB, large-mixed-1 (blocks of 32 KiB..4 MiB grown by
- * realloc up to 16 MiB) took 1.53 M page faults, 70% of them for huge
- * blocks, and 1.08x jemalloc's CPU time; at 8 MiB 0.90 M; at 16 MiB
- * 0.75 M and about 0.7x jemalloc's CPU time, same peak RSS (all with the
- * dirty bound at 2/5; with it at 1/3, as now: 0.96 M, 0.85x, README,
- * "Large blocks").  Above 16 MiB, a block's own mapping costs little
+ * while a huge block is a fresh mapping, 1,024+ faults to touch, so a
+ * lower bound makes a program that grows blocks by realloc through the
+ * megabytes pay most of its page faults for huge blocks, for no gain in
+ * peak RSS (docs/benchmarks.md, large-mixed).  Above 16 MiB, a block's own mapping costs little
  * beside its faults, mremap grows it without copying, and unmapping it
  * returns its address space at once.  mimalloc puts the boundary at
  * 16 MiB too (1/2 of its segment); jemalloc nowhere (every size is an

@@ -1,7 +1,7 @@
 /*
  * core/options.h - every option, from SLABDEFRAG_<NAME> environment
  * variables.  The table in core/options.c is the one place they are
- * declared and parsed; README.md has the same table for users.
+ * declared and parsed; docs/options.md has the same table for users.
  */
 #ifndef SD_CORE_OPTIONS_H
 #define SD_CORE_OPTIONS_H
@@ -35,7 +35,7 @@ struct sd_options {
                                       stderr after a pass that released
                                       memory (scripts/compare's plots) */
     uint32_t debug;                /* SD_DEBUG_* letters */
-    uint32_t mesh;                 /* mesh sparse malloc slabs (memfd arena) */
+    uint32_t mesh;                 /* mesh sparse malloc slabs (core/heapfile.h) */
     uint32_t mesh_max_maps;        /* mappings meshing may create; 0 = half
                                       of vm.max_map_count */
     uint32_t mesh_page_slabs;      /* meshing: a 32..2048 B class holding this

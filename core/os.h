@@ -98,11 +98,10 @@ size_t os_max_map_count(void);
 /* Grow the process's descriptor table past OS_FD_MIN now, from the library
  * constructor while the program has one thread.  A table shared by
  * several threads grows only after an RCU grace period (the kernel's
- * expand_fdtable): the shrinker's eventfd, created when the program
- * starts its second thread, took 13-17 ms to move up, and a two-thread
- * program that mallocs once ran 8.7 ms under slabdefrag against 1.1 ms
- * under glibc.  With one thread the growth costs microseconds; the table
- * never shrinks. */
+ * expand_fdtable), which would delay the move of the shrinker's eventfd,
+ * created when the program starts its second thread, by milliseconds.
+ * With one thread the growth costs microseconds; the table never
+ * shrinks. */
 void os_fd_reserve(void);
 /* Thread id (gettid), never 0. */
 uint32_t os_gettid(void);

@@ -1,5 +1,5 @@
 /*
- * core/uffd.h - the userfaultfd write barrier of the mesh arena (issue 10).
+ * core/uffd.h - the userfaultfd write barrier of the mesh arena.
  *
  * With mprotect a write-protected page faults in user mode (our SIGSEGV
  * handler parks the writer) but makes the kernel fail a system call with

@@ -1,5 +1,5 @@
 /*
- * hooks/meshpace.c - when the shrinker's mesh passes come (issue 16).
+ * hooks/meshpace.c - when the shrinker's mesh passes come.
  *
  * The free path nudges the shrinker's thread per 64 slabs that frees
  * left sparse (classes/cache.c), and once the nudges pause for
@@ -8,9 +8,9 @@
  *
  * Watched nudges.  Once a nudge woke it, the thread waits for the frees
  * to pause and wakes by then anyway, so later nudges only move the time
- * it looks at (nudge_last), without the eventfd write: a write each woke
- * the thread on another CPU for nothing - with page slabs, 689 of them in
- * kvstore's deletes, each an interrupt for the freeing thread too.  The
+ * it looks at (nudge_last), without the eventfd write: a write each would
+ * wake the thread on another CPU for nothing, an interrupt for the
+ * freeing thread too.  The
  * thread stops watching (nudge_watch 0) before it decides the frees
  * paused, then reads nudge_last again: a nudge either sees it no longer
  * watches and writes, or is seen (both sequentially consistent).
@@ -22,13 +22,11 @@
  * MESH_COMPUTE_HOLD_MS: each mesh costs the running threads two or three
  * TLB shootdowns (on this project's guests, an interrupt taken through
  * the hypervisor), while a heap that nothing allocates from or frees to
- * does not change.  kvstore's lookups after its deletes (0.28 s) took
- * 1.086x their time with meshing off while 785 meshes ran beside them
- * (1,958 shootdowns), 1.019x with no mesh made (41 rounds interleaved).
- * An idle program (bench/burst, a server between requests) is meshed at
- * once as before.  The decision: a look COMPUTE_LOOK_MS before the
- * frees' quiet time is up (shrinker_main takes it), one at that time, and
- * one every COMPUTE_LOOK_MS while the hold lasts.
+ * does not change, so meshing it later costs nothing.  An idle program
+ * (bench/burst, a server between requests) is meshed at once.  The
+ * decision: a look COMPUTE_LOOK_MS before the frees' quiet time is up
+ * (the shrinker loop's tend() takes it), one at that time, and one every
+ * COMPUTE_LOOK_MS while the hold lasts.
  */
 #define _GNU_SOURCE
 #include "meshpace.h"
@@ -49,11 +47,10 @@ static int nudge_watch;                     /* the thread reads nudge_last
 /* The malloc classes' refills and frees to slabs, summed: what the
  * program's allocation traffic moves.  The shrinker's own passes move it
  * too (their vectors, drains and purges), so the idle test compares with
- * a snapshot taken after the thread's last pass, not before it: compared
- * call to call, every full catch-up made the next one look busy, and
- * burst's idle hold got full passes resting 4x their length instead of
- * mesh passes back to back (RSS settled 6.9 s after the frees instead of
- * 1.2 s). */
+ * a snapshot taken after the thread's last pass (shrink_note_program):
+ * compared call to call, every full catch-up would make the next one
+ * look busy, and an idle program would get slow full passes instead of
+ * mesh passes. */
 unsigned long program_sig(void)
 {
     unsigned long sig = 0;

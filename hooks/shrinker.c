@@ -134,17 +134,13 @@ static int abandoned;                        /* a park stopped waiting for it */
 static sigset_t park_mask;                   /* the signal mask of the thread that parked */
 static int wake_fd = -1;
 /* The pressure files the thread polls, opened once per process and never
- * closed: closing a PSI trigger waits for an RCU grace period (8-12 ms
- * measured), and a thread that closed them on its way out would keep a
+ * closed: closing a PSI trigger waits for an RCU grace period (some
+ * milliseconds), and a thread that closed them on its way out would keep a
  * park's bounded join or exit's join waiting that long.  The kernel closes
  * them with the process, and the process's exit waits that grace period
  * instead.  So the thread opens them only once the process has run
  * WATCH_DELAY_MS since the thread first started (watch_from): a short-lived
- * process never pays.  Before, every process with the thread took 13-15 ms
- * to exit (a malloc/free program with SLABDEFRAG_MESH=1: 15.0 ms a run
- * against 1.7 ms with meshing off), and pyenv's `python3 -c pass`, a shell
- * script of some 50 processes, took 1.31 s with meshing against 0.11 s.
- * Memory pressure in a process's first second goes unwatched; the
+ * process (a shell script runs many) never pays it.  Memory pressure in a process's first second goes unwatched; the
  * interval and RSS limit do not depend on these files. */
 static int psi_fd = -1, cg_fd = -1;
 static size_t cg_high;                       /* our cgroup's memory.high (bytes), 0: none */
@@ -156,10 +152,9 @@ static void (*control_ready)(int fd);
 struct shrinker_stats shrink_stats;           /* shrinkpass.h */
 
 /* After a mesh pass that ran out of budget with candidates left, the
- * next mesh pass comes this many ms after it ended (it was 20: 1M blocks
- * of 16..255 B, 90% freed at random, took 10 s to mesh; now 2 s, issue
- * 16).  In an idle program these catch-up passes mesh only
- * (mesh_catchup). */
+ * next mesh pass comes this many ms after it ended, so that a large heap
+ * is meshed within seconds of its frees rather than tens of seconds.  In
+ * an idle program these catch-up passes mesh only (shrink_mesh_catchup). */
 #define MESH_AGAIN_MS 2
 /* The free path's nudge (a burst of frees made many slabs sparse) is
  * acted on once no nudge came for this long. */
@@ -167,10 +162,7 @@ struct shrinker_stats shrink_stats;           /* shrinkpass.h */
 /* Until then, for at most this long, neither the interval's passes nor
  * catch-ups mesh: a slab meshed while the frees go on may empty and
  * unmesh, and each mesh interrupts the freeing threads (TLB flushes).
- * kvstore's deletes, meshed from the interval pass at 1.0 s to its exit
- * at 1.25 s (3,258 meshes), ran 1.12x meshing off, 1.07x with no mesh
- * made (README, issue 16).  A program whose frees never pause is meshed
- * as before once this has passed. */
+ * A program whose frees never pause is meshed once this has passed. */
 #define MESH_HOLD_MAX_MS 5000
 /* Then, while the program computes: hooks/meshpace.c, compute_hold. */
 /* Released slots of meshing's arena wait dirty, and released mesh
@@ -623,10 +615,10 @@ static void sparse_nudge(unsigned long sparse, unsigned long slabs)
  * started with the program: a thread changes how the program runs even
  * while it sleeps - glibc takes the fast, atomic-free paths of
  * pthread_mutex_lock and stdio's locks only while a process has a
- * single thread, and bench/demos/kvstore, which locks a mutex per
- * operation, ran 1.03x the time of meshing off with an idle shrinker
- * thread alone (issue 16).  So the thread is armed instead (shrinker_arm)
- * and started when meshing has work: at the free path's first nudge.  Not
+ * single thread, so a program that locks a mutex per operation runs
+ * slower beside an idle shrinker thread.  So the thread is armed instead
+ * (shrinker_arm) and started when meshing has work: at the free path's
+ * first nudge.  Not
  * from the nudge itself - it holds a slab lock, and pthread_create
  * allocates - but from the next malloc or free that the program calls
  * from its own code (sdm_entry_defer: the entries check their return
@@ -656,10 +648,7 @@ static void lazy_start(void)
  * only once the class has made an eighth of its slabs sparse
  * (ARMED_SPARSE_SHIFT), not at its first 64: meshing has little to do
  * before, and the thread costs the program every lock glibc elides while
- * a process has one thread.  kvstore's mutex (pthread_mutex_lock and
- * unlock, main thread samples, 4 runs each): 385 meshing off; 1,248 with
- * the thread started at the first nudge (its 380,000th of 850,000
- * deletes); 1,140 at an eighth (the 580,000th). */
+ * a process has one thread. */
 #define ARMED_SPARSE_SHIFT 3
 static void armed_nudge(unsigned long sparse, unsigned long slabs)
 {

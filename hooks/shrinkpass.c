@@ -27,18 +27,15 @@ static unsigned long sig_after_pass;    /* program_sig() after the last pass */
 #define MESH_IDLE_BUDGET 8
 /* In a program that allocates, the thread rests this many times as long
  * as its last catch-up took before the next: at most a fifth of a CPU.
- * python's churn (scripts/pyphases, 5 runs interleaved): back to back
- * (2 ms apart), 50 full passes a second, the churn phase 1.31 s against
- * 0.92 s with meshing off, wall 1.28x; resting 4x, 0.97 s and 1.08x-1.16x
- * for the same final RSS (198-202 MiB); resting 9x, 0.89 s, 1.20x. */
+ * Full passes back to back slow the program's own threads down (their
+ * stacks drained, their refills waiting on the sort's list lock) for no
+ * lower final RSS; a longer rest leaves more to mesh later. */
 #define MESH_BUSY_REST 4
 /* In an idle program, as long as its last catch-up took: half a CPU.
- * Back to back, burst's RSS settled 1.2-1.5 s after its frees and
- * python's churn, which exits 0.5 s after the churn, spent its hold
- * meshing (its gc.collect() against the write barriers) and its teardown
- * unmeshing: 1.27x meshing off (9 runs interleaved; 1.10x when the idle
- * test was broken and the hold got no idle catch-up, see program_sig).
- * Resting 1x: burst 1.6 s, python 1.18x (7 runs); 2x: burst 2.0 s. */
+ * Back to back, a program that only looks idle (a garbage collector
+ * walking its heap against the write barriers) would pay for meshing it
+ * soon unmeshes at exit; a longer rest would leave an idle heap's RSS up
+ * for longer. */
 #define MESH_IDLE_REST 1
 
 int shrink_any_ops_cache(void)
@@ -117,8 +114,8 @@ size_t shrink_pass(enum pass_kind kind, int held)
  * back all the same (retained empty slabs, free extents and cached
  * mappings of big blocks), which the allocation slow path does for a
  * busy program, and nothing does for an idle one (a server between
- * requests: redis-age kept 4 MiB of a freed dict table and the empties of
- * a dozen classes for as long as it idled), and the free pages of the
+ * requests would keep a freed table and its classes' empty slabs for as
+ * long as it idles), and the free pages of the
  * small classes' sparse slabs, which no free gives back (classes/cache.c,
  * "Pages of sparse slabs").  A program whose per-CPU
  * caches did nothing for an interval has them drained first (their
@@ -154,19 +151,15 @@ int shrink_program_idle(void)
     return program_sig() == sig_after_pass;
 }
 
-/* Meshing's catch-up (issue 16).  In an idle program (burst's hold, a
- * server between requests) a mesh pass alone, without the walk of every
- * cache (drains, sorts, releases) that a full pass does first, and for
- * MESH_IDLE_BUDGET pass budgets: nothing waits for it but the meshing.
- * With a full pass of one budget each time, burst's 4 s hold (1M blocks
- * of 16..255 B, 90% freed) took 237 passes, 41% of the process's samples
- * in vacate_shrink_cache re-sorting partial lists that had not changed,
- * and RSS settled 3.7-3.8 s after the frees; mesh-only with one budget
- * 3.8 s, with 8 budgets 2.6-3.0 s (load 11-13).  In a program that
- * allocates, a full pass as before: its sort is what makes the refills
- * fill the fuller slabs, and python's churn with mesh-only catch-ups kept
- * 199-210 MiB against 188-191.  But not back to back: the program's
- * thread pays for every full pass (its per-CPU stacks drained, its
+/* Meshing's catch-up.  In an idle program (bench/burst's hold, a server
+ * between requests) a mesh pass alone, without the walk of every cache
+ * (drains, sorts, releases) that a full pass does first, and for
+ * MESH_IDLE_BUDGET pass budgets: nothing waits for it but the meshing,
+ * and a full pass would spend most of its time re-sorting partial lists
+ * that have not changed.  In a program that allocates, a full pass: its
+ * sort is what makes the refills fill the fuller slabs, and mesh-only
+ * catch-ups leave a churning heap larger.  But not back to back: the
+ * program's thread pays for every full pass (its per-CPU stacks drained, its
  * refills waiting on the sort's list lock, a CPU beside it busy), and
  * the slabs meshed while it churns soon empty and unmesh again.  A busy
  * program's catch-up comes MESH_BUSY_REST times the last one's duration
@@ -204,14 +197,10 @@ static unsigned long sig_settled;       /* program_sig() after the last settle *
  * bound past which the releasing thread punches them itself
  * (core/segment.c, "Dirty slots").  Each mmap, registration and purge
  * from this thread flushes the TLB of the CPU the program runs on, an
- * IPI that a virtual machine pays on both sides.  The budgets also
- * bound how long exit waits for this thread (shrinker_stop): python's
- * teardown unmeshes thousands of hosts, and exit waited 22-78 ms for
- * their aliases to be mapped back, now under 1 ms.  python's churn with
- * meshing (scripts/pyphases, 13 runs interleaved): every released slot
- * punched within 20 ms and no budgets, 1.13x the wall time of meshing
- * off, the shrinker's CPU 1.27 s, final RSS 198 MiB; this, 1.08x, 1.07 s
- * and 193 MiB. */
+ * IPI that a virtual machine pays on both sides, so a busy program's
+ * slots are left to the decay.  The budgets also bound how long exit
+ * waits for this thread (shrinker_stop) when a program's teardown
+ * unmeshes thousands of hosts. */
 void shrink_settle(void)
 {
     uint64_t t0 = os_now_ns(), budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;

@@ -144,9 +144,9 @@ size_t vacate_shrink_cache(struct sd_cache *c, uint64_t deadline, int idle, int 
         return released;
     /* Nothing moved on or off the list, and no object went back to or
      * came from one of its slabs, since the last sort: it is still
-     * sorted.  Most classes of a program, most passes (python's churn
-     * with meshing: half of the shrinker's samples were this sort, under
-     * the list lock the program's refills wait for). */
+     * sorted.  Most classes of a program, most passes: re-sorting them
+     * would be most of a pass's time, under the list lock the program's
+     * refills wait for. */
     unsigned long sig = cache_stat_read(c, SD_STAT_FREE_REMOTE) +
                         cache_stat_read(c, SD_STAT_ALLOC_DIRECT);
     if (!c->has_ops) {

@@ -10,7 +10,7 @@
  * What is not caught: a fork made with the system call instruction
  * itself (inline assembly, or a libc other than the one we wrap).  Its
  * child shares the meshed slabs (only those: every other page is
- * copy-on-write) with the parent; README's Meshing section says so.
+ * copy-on-write) with the parent; docs/meshing.md says so.
  * vfork and posix_spawn share the address space with a child that only
  * execs, so they need nothing.
  */
