@@ -53,7 +53,7 @@
 #include "os.h"
 #include "pcpu.h"
 #include "sample.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "segment.h"
 #include "tcache.h"
 #include "thread.h"
@@ -111,7 +111,7 @@ static __thread uint64_t fork_saved_mask __attribute__((tls_model("initial-exec"
 static void fork_prepare(void)
 {
     os_signals_block_async(&fork_saved_mask);   /* before the first lock */
-    sample_fork(0);                  /* the profiler's leaf locks, first */
+    sample_fork(SD_FORK_PREPARE);    /* the profiler's leaf locks, first */
     tcache_lock_reclaim();           /* outermost: no thread's bins half taken */
     pcpu_drain_lock();               /* outermost: no drain in flight */
     sd_mutex_lock(&sd_caches_lock);
@@ -119,14 +119,14 @@ static void fork_prepare(void)
     segment_lock_all();
     large_lock_all();
     cache_lock_all();
-    sdm_entry_fork(0);               /* a leaf under the slab locks */
+    sdm_entry_fork(SD_FORK_PREPARE); /* a leaf under the slab locks */
     forkcopy_prepare();           /* meshing: write-protect the arena */
 }
 
 static void fork_parent(void)
 {
     forkcopy_parent();            /* waits for the child's copy */
-    sdm_entry_fork(1);
+    sdm_entry_fork(SD_FORK_PARENT);
     cache_unlock_all(0);
     large_unlock_all(0);
     segment_unlock_all(0);
@@ -134,7 +134,7 @@ static void fork_parent(void)
     sd_mutex_unlock(&sd_caches_lock);
     pcpu_drain_unlock(0);
     tcache_unlock_reclaim(0);
-    sample_fork(1);
+    sample_fork(SD_FORK_PARENT);
     os_signals_restore(fork_saved_mask);        /* after the last unlock */
 }
 
@@ -143,7 +143,7 @@ static void fork_child(void)
     fdguard_fork_child();           /* no use or move of another thread's */
     sd_thread_fork_child();         /* a new thread id in the child */
     forkcopy_child();             /* a private copy of the arena */
-    sdm_entry_fork(2);
+    sdm_entry_fork(SD_FORK_CHILD);
     cache_unlock_all(1);
     large_unlock_all(1);
     segment_unlock_all(1);
@@ -153,7 +153,7 @@ static void fork_child(void)
     tcache_unlock_reclaim(1);
     tcache_registry_fork_child();
     adopt_dead_threads_slabs();
-    sample_fork(2);
+    sample_fork(SD_FORK_CHILD);
     os_signals_restore(fork_saved_mask);        /* after the last unlock */
 }
 

@@ -4,7 +4,7 @@
  * (extents and huge blocks) and the caches (objects in use).  The preload
  * layer exports it as mallinfo2 and mallinfo.
  */
-#include "sdmalloc.h"
+#include "mallocfam.h"
 
 #include <string.h>
 

@@ -1,8 +1,8 @@
 /*
  * classes/malloc.c - the malloc family on the size-class caches, with
- * glibc's semantics (see sdmalloc.h).
+ * glibc's semantics (see mallocfam.h).
  */
-#include "sdmalloc.h"
+#include "mallocfam.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -92,7 +92,7 @@ static __attribute__((noinline, cold)) void free_sampled(struct slab *s, void *p
 }
 
 /* ----------------------------------------------------------------
- * The entry points, in two versions each (sdmalloc.h, sdm_entry): plain
+ * The entry points, in two versions each (mallocfam.h, sdm_entry): plain
  * ones with no profiling check at all, and those profiling switches to. */
 
 static void *malloc_plain(size_t n)
@@ -210,11 +210,11 @@ void sdm_entry_defer(void (*fn)(void))
     sd_mutex_unlock(&entry_lock);
 }
 
-void sdm_entry_fork(int phase)
+void sdm_entry_fork(enum sd_fork_phase phase)
 {
-    if (phase == 0)
+    if (phase == SD_FORK_PREPARE)
         sd_mutex_lock(&entry_lock);
-    else if (phase == 1)
+    else if (phase == SD_FORK_PARENT)
         sd_mutex_unlock(&entry_lock);
     else
         sd_mutex_reset_child(&entry_lock);

@@ -70,7 +70,7 @@
  * calls included, and the release after the remap wakes it (core/uffd.h:
  * the remapped range is a new, unregistered mapping, so no stale
  * protection is left).  With mprotect a user-mode writer waits in
- * core/barrier.c's SIGSEGV handler, but the kernel does not fault: a
+ * core/writebarrier.c's SIGSEGV handler, but the kernel does not fault: a
  * read(2) into an object of a slab being meshed fails with EFAULT during
  * the copy (Mesh has the same limit).  The preload layer retries the
  * common receiving calls - read, pread, readv, preadv, recv, recvfrom,
@@ -219,17 +219,18 @@ void mesh_init(void)
  * run; rotated, each slab is two runs, each starting cold for the
  * hardware prefetchers.
  *
- * So by default (SLABDEFRAG_MESH_SHUFFLE=1, MESH_ORDER_ADAPT) a class's
+ * So by default (SLABDEFRAG_MESH_SHUFFLE=adapt, MESH_ORDER_ADAPT) a class's
  * new slabs start in address order and turn to rotated for good when a
  * mesh batch shows a pattern (pattern_seen): its candidates hold at least
  * 4 objects per slot between them and still leave a quarter of the slots
  * unused in all.  Random frees leave about e^-4 (2%) of them unused in all
  * at that density; a pattern of period p (p - 1)/p.  The slabs made until
  * then keep their order; those made after it mesh (tests/mesh `pattern`:
- * a second batch).  SLABDEFRAG_MESH_SHUFFLE=3 rotates from the start,
- * 0 never.  SLABDEFRAG_MESH_SHUFFLE=2 makes it a random permutation
- * (Fisher-Yates, as SLUB's CONFIG_SLAB_FREELIST_RANDOM and Mesh's shuffle
- * vectors), which also breaks patterns no rotation does, at a price: the
+ * a second batch).  SLABDEFRAG_MESH_SHUFFLE=rotate rotates from the
+ * start, address never.  SLABDEFRAG_MESH_SHUFFLE=permute makes it a
+ * random permutation (Fisher-Yates, as SLUB's
+ * CONFIG_SLAB_FREELIST_RANDOM and Mesh's shuffle vectors), which also
+ * breaks patterns no rotation does, at a price: the
  * objects a program allocates one after the other land anywhere in their
  * slab, which costs locality (python's dict and str churn fills slower
  * with the permutation than with the rotation).  Unlike
@@ -336,16 +337,16 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
     }
     uint64_t t0 = os_now_ns();
     if (filing) {
-        if (barrier_protect_begin(b->start, bytes))
+        if (wbarrier_protect_begin(b->start, bytes))
             goto out;
         int err = heapfile_file(b->start, bytes);
-        barrier_protect_end();
+        wbarrier_protect_end();
         if (err)
             goto out;
         heapfile_register(b->start, bytes);
         segment_slab_set_filed(b, 1);
     }
-    if (barrier_protect_begin(a->start, bytes))
+    if (wbarrier_protect_begin(a->start, bytes))
         goto out;
     for (unsigned w = 0; w < words; w++)
         for (uint64_t m = ua[w]; m; m &= m - 1) {
@@ -368,7 +369,7 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
                 memcpy(a->start + off, b->start + off, c->size);
             }
     }
-    barrier_protect_end();
+    wbarrier_protect_end();
     stat_max(&stats.longest_pause_ns, os_now_ns() - t0);
     if (err) {                  /* the copies overwrote b's free list */
         relink_free(b, ub, cap);
@@ -754,7 +755,7 @@ void mesh_get_stats(struct mesh_stats *st)
     st->filed = segment_filed_slots();
     st->maps += 2 * st->filed;
     st->enabled = mesh_enabled();
-    st->barrier = barrier_name();
-    st->fault_waits = barrier_fault_waits();
-    st->syscall_retries = barrier_syscall_retries();
+    st->barrier = wbarrier_name();
+    st->fault_waits = wbarrier_fault_waits();
+    st->syscall_retries = wbarrier_syscall_retries();
 }

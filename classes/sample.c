@@ -23,7 +23,7 @@ void sample_taken(void *p, size_t n, int how)
         sd_sample_ops->taken(p, n, how);
 }
 
-void sample_fork(int phase)
+void sample_fork(enum sd_fork_phase phase)
 {
     const struct sample_ops *ops = __atomic_load_n(&sd_sample_ops, __ATOMIC_ACQUIRE);
     if (ops)

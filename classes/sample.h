@@ -6,7 +6,7 @@
  * through sd_sample_ops, as hooks reach this layer only through a table.
  *
  * Cost.  malloc, calloc and free enter through sdm_entry
- * (classes/sdmalloc.h), which the profiler switches: with profiling off
+ * (classes/mallocfam.h), which the profiler switches: with profiling off
  * and no sample live they have no profiling check at all.  While
  * profiling is on, malloc and calloc subtract from a thread-local counter
  * and branch; while samples live, free loads the slab descriptor's
@@ -70,8 +70,8 @@ struct sample_ops {
     /* p moved to q (n bytes now): sd_defrag_realloc, realloc of a large
      * block in place of a free and a malloc. */
     void (*moved)(void *p, void *q, size_t n);
-    /* Fork: 0 prepare, 1 parent, 2 child (classes/fork.c). */
-    void (*fork)(int phase);
+    /* Fork (classes/fork.c): take, release or reset its locks. */
+    void (*fork)(enum sd_fork_phase phase);
 };
 
 /* Bytes this thread may still allocate before the next sample point (in
@@ -137,6 +137,6 @@ static inline void sample_slab_freed(const struct slab *s, void *p)
 /* After an allocation for which sample_check returned how != 0. */
 void sample_taken(void *p, size_t n, int how) __attribute__((noinline, cold));
 /* Fork phases (classes/fork.c). */
-void sample_fork(int phase);
+void sample_fork(enum sd_fork_phase phase);
 
 #endif

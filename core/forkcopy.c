@@ -108,8 +108,8 @@ void forkcopy_prepare(void)
     fdguard_adopt(p[0], &fork_pipe[0]);
     fdguard_adopt(p[1], &fork_pipe[1]);
     fdguard_open_end();
-    __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
-    barrier_mine = 1;
+    __atomic_fetch_add(&wbarrier_generation, 1, __ATOMIC_ACQ_REL);
+    wbarrier_mine = 1;
     __atomic_store_n(&forkcopy_active, 1, __ATOMIC_RELEASE);
     /* Without our handler a writer would crash: then copy unprotected
      * (the child may see writes the parent's other threads make while it
@@ -130,9 +130,9 @@ void forkcopy_parent(void)
     fdguard_put();
     fdguard_close(&fork_pipe[0]);
     segment_protect_shared(1, NULL);    /* (all of it, if a part failed) */
-    __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&wbarrier_generation, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
-    barrier_mine = 0;
+    wbarrier_mine = 0;
 }
 
 /* Runs once in the child: from the atfork handler, or from the SIGSEGV
@@ -161,7 +161,7 @@ void forkcopy_child_copy(void)
     fdguard_close(&fork_pipe[1]);
     fdguard_close(&fork_pipe[0]);
     __atomic_store_n(&forkcopy_active, 0, __ATOMIC_RELEASE);
-    barrier_mine = 0;
+    wbarrier_mine = 0;
 }
 
 void forkcopy_child(void)

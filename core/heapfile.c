@@ -3,7 +3,7 @@
  * anonymous objects that mesh hosts live in, and the mappings of their
  * pages (a host, an alias, a removal).  See heapfile.h.  Only core/os.c
  * maps; this file decides what goes where.  The write barrier, the
- * program's signal calls and the fork copy are barrier.c, sigchain.c and
+ * program's signal calls and the fork copy are writebarrier.c, sigchain.c and
  * forkcopy.c.
  */
 #define _GNU_SOURCE
@@ -30,7 +30,7 @@ int heapfile_init(void)
     int err = sigchain_install();
     if (err)
         return err;
-    barrier_init();
+    wbarrier_init();
     __atomic_store_n(&sigchain_handler_on, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&heapfile_on, 1, __ATOMIC_RELEASE);
     return 0;
@@ -93,8 +93,8 @@ void heapfile_purge_batch(const struct os_range *r, unsigned n)
  * release must wake its waiters rather than un-protect (core/uffd.h). */
 static void note_remap(void *dst)
 {
-    if (barrier_mine && barrier_uffd && (uintptr_t)dst == barrier_lo)
-        barrier_remapped = 1;
+    if (wbarrier_mine && wbarrier_uffd && (uintptr_t)dst == wbarrier_lo)
+        wbarrier_remapped = 1;
 }
 
 /* Not populated: the program faults an alias's pages in as it touches
@@ -110,7 +110,7 @@ int heapfile_unalias_anon(void *dst, size_t size)
 {
     note_remap(dst);
     int err = os_map_anon_fixed(dst, size);
-    if (!err && uffd_ready() && !(barrier_mine && barrier_uffd))
+    if (!err && uffd_ready() && !(wbarrier_mine && wbarrier_uffd))
         uffd_register(dst, size);
     return err;
 }

@@ -1,7 +1,7 @@
 /*
  * core/heapfile.h - remappable slab memory for meshing: the shared
  * anonymous objects mesh hosts live in (core/heapfile.c), its write
- * barrier (core/barrier.h), the program's signal calls around the
+ * barrier (core/writebarrier.h), the program's signal calls around the
  * barrier's handler (core/sigchain.h) and the fork copy (core/forkcopy.h).
  * This header tells the design of all four.
  *
@@ -59,8 +59,8 @@
  * a read(2) into a heap buffer behind the barrier fails with EFAULT.  The
  * preload layer wraps the common receiving calls (preload/syscalls.c:
  * read, pread, readv, preadv, preadv2, recv, recvfrom, recvmsg and their
- * _FORTIFY_SOURCE forms): barrier_gen() before the call, and on
- * EFAULT barrier_wait() says whether a barrier explains it (then it
+ * _FORTIFY_SOURCE forms): wbarrier_gen() before the call, and on
+ * EFAULT wbarrier_wait() says whether a barrier explains it (then it
  * has waited, and the call is retried) or the fault is the program's
  * (returned as it is).  Not covered: glibc's internal calls, which do not
  * go through the exported symbols (stdio refilling a FILE buffer - fread,
@@ -126,7 +126,7 @@ int heapfile_unfile(void *p, size_t size);
  * child's own with the same bytes.  0 or errno. */
 int heapfile_child_refile(void *p, size_t size);
 
-#include "barrier.h"
+#include "writebarrier.h"
 #include "forkcopy.h"
 #include "sigchain.h"
 

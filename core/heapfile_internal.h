@@ -1,7 +1,7 @@
 /*
  * core/heapfile_internal.h - state shared by the four files behind
  * heapfile.h, and by no other file: the heap file (heapfile.c), its write
- * barrier (barrier.c), the program's signal calls around our handler
+ * barrier (writebarrier.c), the program's signal calls around our handler
  * (sigchain.c) and the fork copy (forkcopy.c).
  */
 #ifndef SD_CORE_HEAPFILE_INTERNAL_H
@@ -17,14 +17,14 @@
 /* glibc's sigaction, below the exported one the preload layer wraps. */
 extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
-/* barrier.c: a mesh's protected range and the generations (barrier.c
+/* writebarrier.c: a mesh's protected range and the generations (writebarrier.c
  * says how they move); the handler and the waits. */
-extern SD_HIDDEN uintptr_t barrier_lo, barrier_hi;
-extern SD_HIDDEN unsigned barrier_prot_gen;
-extern SD_HIDDEN unsigned barrier_generation;
-extern SD_HIDDEN int barrier_uffd, barrier_remapped;
-extern SD_HIDDEN __thread int barrier_mine;     /* this thread raised one */
-void barrier_segv(int sig, siginfo_t *si, void *uc);
+extern SD_HIDDEN uintptr_t wbarrier_lo, wbarrier_hi;
+extern SD_HIDDEN unsigned wbarrier_prot_gen;
+extern SD_HIDDEN unsigned wbarrier_generation;
+extern SD_HIDDEN int wbarrier_uffd, wbarrier_remapped;
+extern SD_HIDDEN __thread int wbarrier_mine;     /* this thread raised one */
+void wbarrier_segv(int sig, siginfo_t *si, void *uc);
 
 /* sigchain.c: our handler's installation and the program's handler. */
 extern SD_HIDDEN int sigchain_handler_on;

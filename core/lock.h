@@ -128,4 +128,9 @@ static inline void sd_mutex_reset_child(sd_mutex *l)
     pthread_mutex_unlock(&l->m);
 }
 
+/* Which of a fork handler's three calls (classes/fork.c): before the
+ * fork (take the locks), in the parent after it (release them), or in
+ * the child (reset them, sd_mutex_reset_child). */
+enum sd_fork_phase { SD_FORK_PREPARE, SD_FORK_PARENT, SD_FORK_CHILD };
+
 #endif

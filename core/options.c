@@ -37,7 +37,11 @@ struct sd_options sd_opt = {
 };
 
 enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER, OPT_BACKGROUND,
-                OPT_PROF, OPT_PREFIX };
+                OPT_PROF, OPT_PREFIX, OPT_ORDER };
+
+/* SLABDEFRAG_MESH_SHUFFLE's words, by MESH_ORDER_* value (the numbers
+ * work too). */
+static const char *const order_names[] = { "address", "adapt", "permute", "rotate" };
 
 static const struct option {
     const char   *name;        /* after SLABDEFRAG_ */
@@ -70,7 +74,7 @@ static const struct option {
     { "MESH",              OPT_BOOL,  &sd_opt.mesh,               0, 1 },
     { "MESH_MAX_MAPS",     OPT_UINT,  &sd_opt.mesh_max_maps,      0, 1u << 30 },
     { "MESH_PAGE_SLABS",   OPT_UINT,  &sd_opt.mesh_page_slabs,    0, 1u << 20 },
-    { "MESH_SHUFFLE",      OPT_UINT,  &sd_opt.mesh_shuffle,       0, 3 }, /* MESH_ORDER_* */
+    { "MESH_SHUFFLE",      OPT_ORDER, &sd_opt.mesh_shuffle,       0, 3 }, /* MESH_ORDER_* */
     { "MESH_BARRIER",      OPT_BARRIER, &sd_opt.mesh_barrier,     0, 2 }, /* auto|uffd|mprotect */
     /* heap profiler (hooks/prof.c): 0/off, 1/on, or the mean interval in
      * bytes (on); the profile at exit goes to <PROF_PREFIX>.<pid>.heap */
@@ -192,6 +196,16 @@ static void apply(const char *name, const char *val)
                 sd_opt.prof = 0;
             }
             return;
+        case OPT_ORDER:
+            for (uint32_t v = 0; v < sizeof order_names / sizeof order_names[0]; v++)
+                if (!strcmp(val, order_names[v])) {
+                    *o->value = v;
+                    return;
+                }
+            if (parse_uint(val, o->min, o->max, o->value))
+                sd_warn("SLABDEFRAG_%s=%s: expected address, adapt, permute or rotate "
+                        "(or 0 to 3); using %s", name, val, order_names[*o->value]);
+            return;
         case OPT_PREFIX:
             if (!*val || strlen(val) >= sizeof sd_opt.prof_prefix)
                 sd_warn("SLABDEFRAG_PROF_PREFIX=%s: expected a path prefix of 1 to "
@@ -207,8 +221,7 @@ static void apply(const char *name, const char *val)
             return;
         }
     }
-    sd_warn("SLABDEFRAG_%s: unknown option (see the options table in README.md)",
-            name);
+    sd_warn("SLABDEFRAG_%s: unknown option (see docs/options.md)", name);
 }
 
 static void parse_one(const char *kv)

@@ -75,9 +75,10 @@
  * its heap down.  So the alias's slot stays taken
  * (segment_slab_free_alias) and is mapped back later, in runs of adjacent
  * slots, one mmap and one registration per run (segment_restore_aliases:
- * the shrinker's thread, the decay tick, every explicit shrink).  Until then nothing reads or writes the range: the
- * slot holds no slab, and its descriptor is UNUSED (a free of a pointer
- * into it is reported as invalid, as for any free slot).
+ * the shrinker's thread, the decay tick, every explicit shrink).  Until
+ * then nothing reads or writes the range: the slot holds no slab, and
+ * its descriptor is UNUSED (a free of a pointer into it is reported as
+ * invalid, as for any free slot).
  */
 #include "segment.h"
 

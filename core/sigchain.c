@@ -26,7 +26,7 @@ int sigchain_install(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = barrier_segv;
+    sa.sa_sigaction = wbarrier_segv;
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
     return __sigaction(SIGSEGV, &sa, &sigchain_theirs) ? errno : 0;
@@ -118,7 +118,7 @@ int sigchain_handler_ours(void)
     struct sigaction cur;
     if (__sigaction(SIGSEGV, NULL, &cur))
         return 0;
-    return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == barrier_segv;
+    return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == wbarrier_segv;
 }
 
 int sigchain_sigaction(int sig, const struct sigaction *act, struct sigaction *old)

@@ -11,7 +11,7 @@
 #include "mesh.h"
 #include "prof.h"
 #include "sample.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "segment.h"
 #include "shrinker.h"
 #include "slabdefrag.h"

@@ -36,7 +36,7 @@
 #include "cache.h"
 #include "os.h"
 #include "pcpu.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 
 #define MESH_COMPUTE_HOLD_MS 1000
 

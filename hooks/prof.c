@@ -40,7 +40,7 @@
 #include "os.h"
 #include "proftab.h"
 #include "sample.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "segment.h"
 
 SD_HIDDEN struct prof_tables *prof_tab;
@@ -767,24 +767,24 @@ void prof_stop(void)
     sd_mutex_unlock(&start_lock);
 }
 
-static void prof_fork(int phase)
+static void prof_fork(enum sd_fork_phase phase)
 {
     struct prof_tables *t = prof_tab;
-    if (phase == 0)
+    if (phase == SD_FORK_PREPARE)
         sd_mutex_lock(&start_lock);
     if (t) {
         for (int i = 0; i < PROF_SHARDS; i++) {
-            if (phase == 0)
+            if (phase == SD_FORK_PREPARE)
                 sd_mutex_lock(&t->shard[i].lock);
-            else if (phase == 1)
+            else if (phase == SD_FORK_PARENT)
                 sd_mutex_unlock(&t->shard[i].lock);
             else
                 sd_mutex_reset_child(&t->shard[i].lock);
         }
-        if (phase == 0) {
+        if (phase == SD_FORK_PREPARE) {
             sd_mutex_lock(&t->stacks_lock);
             sd_mutex_lock(&t->names_lock);
-        } else if (phase == 1) {
+        } else if (phase == SD_FORK_PARENT) {
             sd_mutex_unlock(&t->names_lock);
             sd_mutex_unlock(&t->stacks_lock);
         } else {
@@ -800,9 +800,9 @@ static void prof_fork(int phase)
             }
         }
     }
-    if (phase == 1)
+    if (phase == SD_FORK_PARENT)
         sd_mutex_unlock(&start_lock);
-    else if (phase == 2)
+    else if (phase == SD_FORK_CHILD)
         sd_mutex_reset_child(&start_lock);
 }
 

@@ -111,7 +111,7 @@
 #include "options.h"
 #include "os.h"
 #include "pcpu.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "segment.h"
 #include "shrinkpass.h"
 #include "sigchain.h"
@@ -168,7 +168,7 @@ struct shrinker_stats shrink_stats;           /* shrinkpass.h */
 /* Released slots of meshing's arena wait dirty, and released mesh
  * aliases stale (core/segment.c), this long after the thread first sees
  * them (the first one wakes it) before it punches or maps them back, off
- * the program's threads (shrink_settle: all of them in an idle program,
+ * the program's threads (shrink_purge_released: all of them in an idle program,
  * only what the decay asks in a busy one): meanwhile a new slab may take
  * a dirty slot back, without a fault. */
 #define DIRTY_PURGE_MS 20
@@ -469,7 +469,7 @@ static uint64_t tend(struct shrink_loop *l)
     }
     if (l->dirty_seen && now >= l->dirty_seen + DIRTY_PURGE_MS * MS) {
         l->dirty_seen = 0;
-        shrink_settle();                /* stale aliases, then dirty slots */
+        shrink_purge_released();                /* stale aliases, then dirty slots */
         compute_rebase(&l->look);
         now = os_now_ns();
     }

@@ -99,7 +99,7 @@ size_t shrink_pass(enum pass_kind kind, int held)
         bytes += mesh_pass(os_now_ns() + budget,
                            &shrink_mesh_more, (mesh_all ? MESH_GROWING : 0) | (urgent ? MESH_FORCE : 0));
     /* Released slots (counted above): a pass of the interval punches the
-     * kinds dirty for the decay, for a budget (shrink_settle the rest). */
+     * kinds dirty for the decay, for a budget (shrink_purge_released the rest). */
     segment_purge_dirty(urgent, urgent ? 0 : os_now_ns() + budget);
     uint64_t now = os_now_ns(), dt = now - t0;
     if (sd_opt.pass_events && bytes)    /* scripts/compare marks it on its plots */
@@ -186,7 +186,7 @@ uint64_t shrink_mesh_catchup(size_t *released)
     return (os_now_ns() - t0) * MESH_IDLE_REST;
 }
 
-static unsigned long sig_settled;       /* program_sig() after the last settle */
+static unsigned long sig_purged;        /* program_sig() after the last purge */
 
 /* The released slots of meshing's arena, DIRTY_PURGE_MS after the thread
  * first saw them.  An idle program's stale aliases are mapped back and
@@ -201,13 +201,13 @@ static unsigned long sig_settled;       /* program_sig() after the last settle *
  * slots are left to the decay.  The budgets also bound how long exit
  * waits for this thread (shrinker_stop) when a program's teardown
  * unmeshes thousands of hosts. */
-void shrink_settle(void)
+void shrink_purge_released(void)
 {
     uint64_t t0 = os_now_ns(), budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
     unsigned long sig = program_sig();
-    if (sig == sig_settled || shrink_program_idle())
+    if (sig == sig_purged || shrink_program_idle())
         cache_settle_slots(1, t0 + budget * MESH_IDLE_BUDGET);
     else
         cache_settle_slots(0, t0 + budget);
-    sig_settled = sig;
+    sig_purged = sig;
 }

@@ -35,7 +35,7 @@ size_t shrink_decay_pass(int idle);
  * *released the bytes it gave back. */
 uint64_t shrink_mesh_catchup(size_t *released);
 /* Map back stale aliases and punch dirty slots of meshing's arena. */
-void shrink_settle(void);
+void shrink_purge_released(void);
 /* A pass has ended: what the program does from now on tells whether it
  * is idle (shrink_program_idle). */
 void shrink_note_program(void);

@@ -21,7 +21,7 @@
 #include "mesh.h"
 #include "options.h"
 #include "pcpu.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "segment.h"
 #include "shrinker.h"
 #include "slabdefrag.h"

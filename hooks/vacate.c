@@ -25,7 +25,7 @@
 #include "alloc.h"
 #include "cache.h"
 #include "fmt.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "options.h"
 #include "os.h"
 #include "pcpu.h"

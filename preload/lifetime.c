@@ -32,11 +32,12 @@
  *     interval, and a thread cannot wait for another one's end otherwise.
  *
  * Transitions of `live` between 0 and 1 (the last thread ends; a thread
- * appears again, e.g. one a later TSD destructor starts) are settled by
- * one thread at a time: settle() parks or unparks the shrinker until the
- * count it acted on is the current one.  A thread that arrives while
- * another settles leaves at once, so the shrinker's own kick() starting a
- * thread never waits for the park that waits for the shrinker.
+ * appears again, e.g. one a later TSD destructor starts) are acted on by
+ * one thread at a time: follow_thread_count() parks or unparks the
+ * shrinker until the count it acted on is the current one.  A thread
+ * that arrives while another acts leaves at once, so the shrinker's own
+ * kick() starting a thread never waits for the park that waits for the
+ * shrinker.
  *
  * Not counted: the shrinker (its start routine is shrinker_main), and the
  * threads glibc starts itself (SIGEV_THREAD timers, mq_notify), which do
@@ -56,7 +57,7 @@
 
 #include "fmt.h"
 #include "lock.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "shrinker.h"
 #include "syscalls.h"
 
@@ -66,7 +67,7 @@ typedef int pthread_create_fn(pthread_t *, const pthread_attr_t *, void *(*)(voi
 typedef int thrd_create_fn(thrd_t *, thrd_start_t, void *);
 
 static unsigned live = 1;            /* program threads (main from the start) */
-static unsigned settling;            /* settle() requests not yet acted on */
+static unsigned settling;            /* follow_thread_count requests not acted on */
 static pthread_key_t key;            /* set by each counted thread */
 static int key_state;                /* 0 not yet, 1 ready, -1 failed: count nothing */
 static sd_mutex key_lock = SD_MUTEX_INIT;
@@ -80,7 +81,7 @@ static thrd_create_fn *next_thrd_create;
  * are counted in `settling`: the thread that finds it 0 acts, the others
  * leave theirs for it.  It reads the requests before the count, so a
  * request it has not seen makes it look again. */
-static void settle(void)
+static void follow_thread_count(void)
 {
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
@@ -100,14 +101,14 @@ static void settle(void)
 static void thread_begins(void)
 {
     if (__atomic_fetch_add(&live, 1, __ATOMIC_ACQ_REL) == 0)
-        settle();
+        follow_thread_count();
 }
 
 /* The key's destructor (and a creation that failed). */
 static void thread_ends(void *unused)
 {
     if (__atomic_sub_fetch(&live, 1, __ATOMIC_ACQ_REL) == 0)
-        settle();
+        follow_thread_count();
 }
 
 /* Create the key on first use: the library constructor, or an earlier

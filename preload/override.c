@@ -14,12 +14,12 @@
 
 #include "fmt.h"
 #include "os.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 
 #define ALIAS(name) __attribute__((alias(#name), visibility("default"), used))
 
 /* malloc, calloc and the frees: one indirect jump through sdm_entry,
- * which heap profiling switches (classes/sdmalloc.h).  A volatile read,
+ * which heap profiling switches (classes/mallocfam.h).  A volatile read,
  * not an atomic one, so that it stays one `jmp *sdm_entry(%rip)` (an
  * atomic load becomes a load and a jump: one instruction more per call,
  * 0.7% of bench/throughput); the words are aligned pointers written with

@@ -12,7 +12,7 @@
  * Each wrapper is one
  * predictable branch on heapfile_on when meshing is off, then the next
  * definition.  With meshing on it reads the barrier generation, calls, and
- * on EFAULT asks barrier_wait() whether a barrier explains it: if so
+ * on EFAULT asks wbarrier_wait() whether a barrier explains it: if so
  * it has waited, and the call is made again.  Files, pipes and stream
  * sockets keep the data when the copy faults; what datagram sockets and
  * event fds lose is listed in core/heapfile.h.
@@ -54,7 +54,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "barrier.h"
+#include "writebarrier.h"
 #include "fmt.h"
 #include "heapfile.h"
 #include "lock.h"
@@ -163,13 +163,13 @@ void syscalls_init(void)
 /* The retry                                                         */
 
 /* Evaluates to the result of `call`, made again for as long as it fails
- * with EFAULT and `wait` (an barrier_wait* call that may use g, the
+ * with EFAULT and `wait` (an wbarrier_wait* call that may use g, the
  * generation read before the call) says a barrier explains it. */
 #define BARRIER_RETRY(call, wait) ({                                        \
         ssize_t r_;                                                         \
         unsigned g;                                                         \
         do {                                                                \
-            g = barrier_gen();                                        \
+            g = wbarrier_gen();                                             \
             r_ = (call);                                                    \
         } while (r_ < 0 && errno == EFAULT && (wait));                      \
         r_; })
@@ -177,36 +177,36 @@ void syscalls_init(void)
 /* The slow paths, with meshing on (not cold: then every call takes them). */
 static __attribute__((noinline)) ssize_t read_barrier(int fd, void *buf, size_t n)
 {
-    return BARRIER_RETRY(NEXT(read)(fd, buf, n), barrier_wait(buf, n, g));
+    return BARRIER_RETRY(NEXT(read)(fd, buf, n), wbarrier_wait(buf, n, g));
 }
 
 static __attribute__((noinline)) ssize_t pread_barrier(int fd, void *buf, size_t n,
                                                        off64_t off)
 {
-    return BARRIER_RETRY(NEXT(pread64)(fd, buf, n, off), barrier_wait(buf, n, g));
+    return BARRIER_RETRY(NEXT(pread64)(fd, buf, n, off), wbarrier_wait(buf, n, g));
 }
 
 static __attribute__((noinline)) ssize_t readv_barrier(int fd, const struct iovec *v,
                                                        int n)
 {
-    return BARRIER_RETRY(NEXT(readv)(fd, v, n), barrier_wait_any(g));
+    return BARRIER_RETRY(NEXT(readv)(fd, v, n), wbarrier_wait_any(g));
 }
 
 static __attribute__((noinline)) ssize_t preadv_barrier(int fd, const struct iovec *v,
                                                         int n, off64_t off)
 {
-    return BARRIER_RETRY(NEXT(preadv64)(fd, v, n, off), barrier_wait_any(g));
+    return BARRIER_RETRY(NEXT(preadv64)(fd, v, n, off), wbarrier_wait_any(g));
 }
 
 static __attribute__((noinline)) ssize_t preadv2_barrier(int fd, const struct iovec *v,
                                                          int n, off64_t off, int fl)
 {
-    return BARRIER_RETRY(NEXT(preadv64v2)(fd, v, n, off, fl), barrier_wait_any(g));
+    return BARRIER_RETRY(NEXT(preadv64v2)(fd, v, n, off, fl), wbarrier_wait_any(g));
 }
 
 static __attribute__((noinline)) ssize_t recv_barrier(int fd, void *buf, size_t n, int fl)
 {
-    return BARRIER_RETRY(NEXT(recv)(fd, buf, n, fl), barrier_wait(buf, n, g));
+    return BARRIER_RETRY(NEXT(recv)(fd, buf, n, fl), wbarrier_wait(buf, n, g));
 }
 
 static __attribute__((noinline)) ssize_t recvfrom_barrier(int fd, void *buf, size_t n,
@@ -216,7 +216,7 @@ static __attribute__((noinline)) ssize_t recvfrom_barrier(int fd, void *buf, siz
     if (!addr || !len || (!heapfile_overlaps(addr, 1) && !heapfile_overlaps(len, sizeof *len)) ||
         (int)*len < 0)
         return BARRIER_RETRY(NEXT(recvfrom)(fd, buf, n, fl, addr, len),
-                             barrier_wait(buf, n, g));
+                             wbarrier_wait(buf, n, g));
     /* The address is written after the data has left the socket: into
      * ours, then copied with the kernel's rules (truncated to the caller's
      * length, which becomes the address's full length). */
@@ -224,7 +224,7 @@ static __attribute__((noinline)) ssize_t recvfrom_barrier(int fd, void *buf, siz
     socklen_t want = *len, got;
     ssize_t r = BARRIER_RETRY((got = sizeof a,
                                NEXT(recvfrom)(fd, buf, n, fl, (struct sockaddr *)&a, &got)),
-                              barrier_wait(buf, n, g));
+                              wbarrier_wait(buf, n, g));
     if (r >= 0) {
         memcpy(addr, &a, want < got ? want : got);
         *len = got;
@@ -246,7 +246,7 @@ static __attribute__((noinline)) ssize_t recvmsg_barrier(int fd, struct msghdr *
         heapfile_overlaps(m.msg_control, 1))
         m.msg_control = control.buf;
     ssize_t r = BARRIER_RETRY((t = m, NEXT(recvmsg)(fd, &t, fl)),
-                              barrier_wait_any(g));
+                              wbarrier_wait_any(g));
     if (r < 0)
         return r;
     if (m.msg_name == &name)

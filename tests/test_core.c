@@ -2,7 +2,7 @@
  * tests/test_core.c - unit tests of the static core (libsdcore.a): the
  * sd_cache_* API of include/slabdefrag.h, slab geometry, large blocks; and
  * the malloc contract (malloc_contract.c) run against the sdm_* family of
- * classes/sdmalloc.h.  The program keeps glibc's malloc; only sdm_* and
+ * classes/mallocfam.h.  The program keeps glibc's malloc; only sdm_* and
  * sd_* reach slabdefrag.  This is what the ASan+UBSan build runs.
  */
 #define _GNU_SOURCE
@@ -17,7 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "slabdefrag.h"
 #include "validate.h"
 

@@ -26,7 +26,7 @@
 #include "cache.h"
 #include "pcpu.h"
 #include "rseq.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "sizeclass.h"
 #include "xfer.h"
 

@@ -32,7 +32,7 @@
 #endif
 
 #if STRESS_SDM
-#include "sdmalloc.h"        /* classes/sdmalloc.h: sdm_* */
+#include "mallocfam.h"        /* classes/mallocfam.h: sdm_* */
 #define S_MALLOC  sdm_malloc
 #define S_FREE    sdm_free
 #define S_REALLOC sdm_realloc

@@ -202,7 +202,7 @@ Test(options, bad_values_one_line_each)
     const char *env[] = { "SLABDEFRAG_DECAY_MS=abc", "SLABDEFRAG_PSI=maybe",
                           "SLABDEFRAG_STATS=yaml", "SLABDEFRAG_DEBUG=FQ",
                           "SLABDEFRAG_NO_SUCH=1", "SLABDEFRAG_RETAIN_EMPTY=99999",
-                          NULL };
+                          "SLABDEFRAG_MESH_SHUFFLE=sideways", NULL };
     run(&r, argv, env);
     cr_assert_eq(exit_code(&r), 0, "%s", r.err);
     cr_assert(strstr(r.out, "done"));
@@ -213,10 +213,13 @@ Test(options, bad_values_one_line_each)
               "%s", r.err);
     cr_assert(strstr(r.err, "slabdefrag: SLABDEFRAG_DEBUG=FQ: expected letters from FZPUT"),
               "%s", r.err);
-    cr_assert(strstr(r.err, "slabdefrag: SLABDEFRAG_NO_SUCH: unknown option"), "%s", r.err);
+    cr_assert(strstr(r.err, "slabdefrag: SLABDEFRAG_NO_SUCH: unknown option (see "
+                            "docs/options.md)"), "%s", r.err);
     cr_assert(strstr(r.err, "slabdefrag: SLABDEFRAG_RETAIN_EMPTY=99999: expected a whole "
                             "number from 0 to 1024"), "%s", r.err);
-    cr_assert_eq(count_lines(r.err), 6, "one line per bad variable:\n%s", r.err);
+    cr_assert(strstr(r.err, "slabdefrag: SLABDEFRAG_MESH_SHUFFLE=sideways: expected address, "
+                            "adapt, permute or rotate (or 0 to 3); using adapt"), "%s", r.err);
+    cr_assert_eq(count_lines(r.err), 7, "one line per bad variable:\n%s", r.err);
 }
 
 Test(options, good_values_are_silent)
@@ -225,7 +228,8 @@ Test(options, good_values_are_silent)
     const char *argv[] = { INSPECT_CHILD, "noop", NULL };
     const char *env[] = { "SLABDEFRAG_DECAY_MS=0", "SLABDEFRAG_PSI=off",
                           "SLABDEFRAG_STATS=0", "SLABDEFRAG_DEBUG=FZ,malloc-64",
-                          "SLABDEFRAG_MIN_PARTIAL=5", "SLABDEFRAG_CONTROL=1", NULL };
+                          "SLABDEFRAG_MIN_PARTIAL=5", "SLABDEFRAG_CONTROL=1",
+                          "SLABDEFRAG_MESH_SHUFFLE=rotate", NULL };
     run(&r, argv, env);
     cr_assert_eq(exit_code(&r), 0);
     cr_assert_str_empty(r.err, "unexpected: %s", r.err);

@@ -21,7 +21,7 @@
 #include "prof.h"
 #include "proftab.h"
 #include "sample.h"
-#include "sdmalloc.h"
+#include "mallocfam.h"
 #include "slabdefrag.h"
 
 static int cmp_ptr(const void *a, const void *b)
@@ -405,7 +405,7 @@ Test(prof, thread_exit)
 
 /* Profiling switched on and off while threads allocate and free: every
  * sample is found again at its object's free, whichever entry points
- * (classes/sdmalloc.h, sdm_entry) the malloc and the free went through.
+ * (classes/mallocfam.h, sdm_entry) the malloc and the free went through.
  * A switch that let free stop checking while a sample lived (or before
  * malloc stopped sampling) leaves samples of freed objects behind. */
 enum { SW_THREADS = 4, SW_LIVE = 256 };

@@ -1,5 +1,5 @@
 /*
- * core/barrier.c - the write barrier of the heap file: the SIGSEGV handler
+ * core/writebarrier.c - the write barrier of the heap file: the SIGSEGV handler
  * that parks a writer while a mesh or a fork protects the memory it
  * writes, the protection of one slab for a mesh (userfaultfd or
  * mprotect), and the waits of the system-call wrappers (see heapfile.h).
@@ -19,38 +19,38 @@
 #include "types.h"
 #include "uffd.h"
 
-/* The barrier.  barrier_prot_gen is odd while [barrier_lo, barrier_hi)
- * is read-only.  barrier_generation counts every barrier going up or down (a
+/* The barrier.  wbarrier_prot_gen is odd while [wbarrier_lo, wbarrier_hi)
+ * is read-only.  wbarrier_generation counts every barrier going up or down (a
  * mesh's protect, a fork): it is bumped before a barrier is raised and
  * before it is marked lifted, so whoever sees a barrier lifted also sees
  * the bump. */
-uintptr_t barrier_lo, barrier_hi;
-unsigned barrier_prot_gen;
-unsigned barrier_generation;
-static unsigned long barrier_retries;   /* system calls told to retry */
+uintptr_t wbarrier_lo, wbarrier_hi;
+unsigned wbarrier_prot_gen;
+unsigned wbarrier_generation;
+static unsigned long wbarrier_retries;   /* system calls told to retry */
 static unsigned long fault_waits;
 
 /* The userfaultfd barrier (core/uffd.h): on while uffd_ready().  A mesh's
- * range [barrier_lo, barrier_hi) is then protected through it, the
+ * range [wbarrier_lo, wbarrier_hi) is then protected through it, the
  * generations stay as they are (no system call can fail for it), and
- * barrier_remapped says the range was mapped anew before the release. */
-int barrier_uffd;                       /* this mesh's range: uffd */
-int barrier_remapped;
+ * wbarrier_remapped says the range was mapped anew before the release. */
+int wbarrier_uffd;                       /* this mesh's range: uffd */
+int wbarrier_remapped;
 static unsigned long uffd_waits;        /* writers the uffd barrier parked */
 static unsigned long uffd_fallbacks;    /* uffd failed: mprotect from then on */
 static sigset_t prot_saved_mask;        /* the mesher's mask, signals blocked */
 
 static __thread uintptr_t retry_addr;
 static __thread unsigned retry_count;
-__thread int barrier_mine;              /* this thread raised the barrier */
+__thread int wbarrier_mine;              /* this thread raised the barrier */
 
 /* ---------------------------------------------------------------- */
 /* The SIGSEGV handler                                               */
 
-/* The two waits, shared by the handler and barrier_wait().  They
+/* The two waits, shared by the handler and wbarrier_wait().  They
  * yield the CPU: a mesh's pause is microseconds, a fork's the time the
  * child takes to copy the heap. */
-static void barrier_wait_fork(void)
+static void wbarrier_wait_fork(void)
 {
     if (getpid() != forkcopy_pid)
         forkcopy_child_copy();              /* the child wrote before its handler ran */
@@ -59,13 +59,13 @@ static void barrier_wait_fork(void)
             sched_yield();
 }
 
-static void barrier_wait_protect(unsigned g)
+static void wbarrier_wait_protect(unsigned g)
 {
-    while (__atomic_load_n(&barrier_prot_gen, __ATOMIC_ACQUIRE) == g)
+    while (__atomic_load_n(&wbarrier_prot_gen, __ATOMIC_ACQUIRE) == g)
         sched_yield();
 }
 
-void barrier_segv(int sig, siginfo_t *si, void *uc)
+void wbarrier_segv(int sig, siginfo_t *si, void *uc)
 {
     int saved = errno;
     uintptr_t a = (uintptr_t)si->si_addr;
@@ -75,14 +75,14 @@ void barrier_segv(int sig, siginfo_t *si, void *uc)
             return;
         }
         if (__atomic_load_n(&forkcopy_active, __ATOMIC_ACQUIRE)) {
-            barrier_wait_fork();
+            wbarrier_wait_fork();
             __atomic_fetch_add(&fault_waits, 1, __ATOMIC_RELAXED);
             errno = saved;
             return;
         }
-        unsigned g = __atomic_load_n(&barrier_prot_gen, __ATOMIC_ACQUIRE);
-        if ((g & 1) && a >= barrier_lo && a < barrier_hi) {
-            barrier_wait_protect(g);
+        unsigned g = __atomic_load_n(&wbarrier_prot_gen, __ATOMIC_ACQUIRE);
+        if ((g & 1) && a >= wbarrier_lo && a < wbarrier_hi) {
+            wbarrier_wait_protect(g);
             __atomic_fetch_add(&fault_waits, 1, __ATOMIC_RELAXED);
             errno = saved;
             return;
@@ -103,7 +103,7 @@ void barrier_segv(int sig, siginfo_t *si, void *uc)
     sigchain_call(sig, si, uc);
 }
 
-unsigned long barrier_fault_waits(void)
+unsigned long wbarrier_fault_waits(void)
 {
     return __atomic_load_n(&fault_waits, __ATOMIC_RELAXED) +
            __atomic_load_n(&uffd_waits, __ATOMIC_RELAXED);
@@ -141,7 +141,7 @@ static void uffd_failed(const char *what, int err)
 }
 
 /* The userfaultfd barrier's descriptor is opened at the first mesh, so
- * that a program that never meshes holds none; barrier_init probes at
+ * that a program that never meshes holds none; wbarrier_init probes at
  * start-up (open, close) whether it can be had, and says so once. */
 static int uffd_usable;                 /* probed: uffd_open() works here */
 
@@ -152,7 +152,7 @@ static void uffd_warn(int e)
                 "(errno %d); using mprotect", e);
 }
 
-void barrier_init(void)
+void wbarrier_init(void)
 {
     if (sd_opt.mesh_barrier == SD_BARRIER_MPROTECT)
         return;
@@ -175,49 +175,49 @@ static void uffd_first_open(void)
         uffd_warn(e);
 }
 
-int barrier_protect_begin(void *p, size_t size)
+int wbarrier_protect_begin(void *p, size_t size)
 {
     uffd_first_open();
-    barrier_lo = (uintptr_t)p;
-    barrier_hi = (uintptr_t)p + size;
-    barrier_mine = 1;
+    wbarrier_lo = (uintptr_t)p;
+    wbarrier_hi = (uintptr_t)p + size;
+    wbarrier_mine = 1;
     block_signals();
     if (uffd_ready()) {
         int err = uffd_protect(p, size);
         if (!err) {
-            barrier_remapped = 0;
-            barrier_uffd = 1;
+            wbarrier_remapped = 0;
+            wbarrier_uffd = 1;
             return 0;
         }
         uffd_failed("write-protect", err);
     }
-    __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
-    __atomic_fetch_add(&barrier_prot_gen, 1, __ATOMIC_ACQ_REL);        /* odd */
+    __atomic_fetch_add(&wbarrier_generation, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&wbarrier_prot_gen, 1, __ATOMIC_ACQ_REL);        /* odd */
     int err = os_protect(p, size, 0);
     if (err)
-        barrier_protect_end();
+        wbarrier_protect_end();
     return err;
 }
 
-void barrier_protect_end(void)
+void wbarrier_protect_end(void)
 {
-    if (barrier_uffd) {
+    if (wbarrier_uffd) {
         int err;
-        unsigned long n = uffd_release((void *)barrier_lo, barrier_hi - barrier_lo,
-                                       barrier_remapped, &err);
+        unsigned long n = uffd_release((void *)wbarrier_lo, wbarrier_hi - wbarrier_lo,
+                                       wbarrier_remapped, &err);
         __atomic_fetch_add(&uffd_waits, n, __ATOMIC_RELAXED);
         if (err)
             uffd_failed("release", err);
-        barrier_uffd = 0;
+        wbarrier_uffd = 0;
     } else {
-        __atomic_fetch_add(&barrier_generation, 1, __ATOMIC_ACQ_REL);
-        __atomic_fetch_add(&barrier_prot_gen, 1, __ATOMIC_ACQ_REL);    /* even */
+        __atomic_fetch_add(&wbarrier_generation, 1, __ATOMIC_ACQ_REL);
+        __atomic_fetch_add(&wbarrier_prot_gen, 1, __ATOMIC_ACQ_REL);    /* even */
     }
-    barrier_mine = 0;
+    wbarrier_mine = 0;
     restore_signals();
 }
 
-const char *barrier_name(void)
+const char *wbarrier_name(void)
 {
     if (!heapfile_on)
         return "none";
@@ -227,9 +227,9 @@ const char *barrier_name(void)
 /* ---------------------------------------------------------------- */
 /* System calls at the barrier                                       */
 
-unsigned barrier_gen(void)
+unsigned wbarrier_gen(void)
 {
-    return __atomic_load_n(&barrier_generation, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&wbarrier_generation, __ATOMIC_ACQUIRE);
 }
 
 /* Does [a, a+len) meet [lo, hi)?  (len > 0; a wild a+len saturates.) */
@@ -239,50 +239,50 @@ static int overlaps(uintptr_t a, size_t len, uintptr_t lo, uintptr_t hi)
     return a < hi && end > lo;
 }
 
-/* barrier_wait(), for [a, a+len) or (known 0) any buffer. */
+/* wbarrier_wait(), for [a, a+len) or (known 0) any buffer. */
 static int wait_at_barrier(uintptr_t a, size_t len, int known, unsigned gen)
 {
-    if (!heapfile_on || barrier_mine || (known && !heapfile_overlaps((void *)a, len)))
+    if (!heapfile_on || wbarrier_mine || (known && !heapfile_overlaps((void *)a, len)))
         return 0;                       /* (a signal handler on the mesher: EFAULT) */
     int saved = errno, retry = 1;
     /* The flags before the generation: a barrier seen lifted has its
-     * bump visible (barrier_generation is bumped before the flag is cleared). */
+     * bump visible (wbarrier_generation is bumped before the flag is cleared). */
     if (__atomic_load_n(&forkcopy_active, __ATOMIC_ACQUIRE)) {
-        barrier_wait_fork();                    /* the whole arena: ours for sure */
+        wbarrier_wait_fork();                    /* the whole arena: ours for sure */
     } else {
-        unsigned pg = __atomic_load_n(&barrier_prot_gen, __ATOMIC_ACQUIRE);
-        uintptr_t lo = barrier_lo, hi = barrier_hi;
-        unsigned now = __atomic_load_n(&barrier_generation, __ATOMIC_ACQUIRE);
+        unsigned pg = __atomic_load_n(&wbarrier_prot_gen, __ATOMIC_ACQUIRE);
+        uintptr_t lo = wbarrier_lo, hi = wbarrier_hi;
+        unsigned now = __atomic_load_n(&wbarrier_generation, __ATOMIC_ACQUIRE);
         if (pg & 1) {
             /* One range, up since before the call and no other barrier
              * meanwhile: if it misses the buffer, the fault is not ours. */
-            if (known && now == gen && __atomic_load_n(&barrier_prot_gen, __ATOMIC_ACQUIRE) == pg &&
+            if (known && now == gen && __atomic_load_n(&wbarrier_prot_gen, __ATOMIC_ACQUIRE) == pg &&
                 !overlaps(a, len, lo, hi))
                 retry = 0;
             else
-                barrier_wait_protect(pg);
+                wbarrier_wait_protect(pg);
         } else {
             retry = now != gen;         /* a barrier came and went */
         }
     }
     if (retry)
-        __atomic_fetch_add(&barrier_retries, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&wbarrier_retries, 1, __ATOMIC_RELAXED);
     errno = saved;
     return retry;
 }
 
-int barrier_wait(const void *buf, size_t len, unsigned gen)
+int wbarrier_wait(const void *buf, size_t len, unsigned gen)
 {
     return wait_at_barrier((uintptr_t)buf, len, 1, gen);
 }
 
-int barrier_wait_any(unsigned gen)
+int wbarrier_wait_any(unsigned gen)
 {
     return wait_at_barrier(0, 0, 0, gen);
 }
 
-unsigned long barrier_syscall_retries(void)
+unsigned long wbarrier_syscall_retries(void)
 {
-    return __atomic_load_n(&barrier_retries, __ATOMIC_RELAXED);
+    return __atomic_load_n(&wbarrier_retries, __ATOMIC_RELAXED);
 }
 

@@ -1,16 +1,20 @@
 /*
- * classes/sdmalloc.h - the malloc family on top of the size-class caches.
+ * classes/mallocfam.h - the malloc family on top of the size-class caches
+ * (classes/malloc.c, classes/mallinfo.c).  Not malloc.h: that name is
+ * the C library's, which this header includes.
  *
  * These are the allocator's own entry points; preload/ gives them their
  * libc names.  The static core (libsdcore.a, used by the unit tests) has
  * them under these names only, so a test program keeps its own malloc.
  * All follow glibc's semantics (errno ENOMEM, 16-byte alignment, ...).
  */
-#ifndef SD_CLASSES_SDMALLOC_H
-#define SD_CLASSES_SDMALLOC_H
+#ifndef SD_CLASSES_MALLOCFAM_H
+#define SD_CLASSES_MALLOCFAM_H
 
 #include <malloc.h>
 #include <stddef.h>
+
+#include "lock.h"
 
 /* The entry points that heap profiling switches (classes/malloc.c): with
  * profiling off, plain ones with no profiling check at all; while it is
@@ -37,9 +41,9 @@ void   sdm_entry_switch(int sampling, int checking);
  * Only for a program that has one thread (hooks/shrinker.c, "Lazy
  * start"); callable with a slab lock held (a leaf lock). */
 void   sdm_entry_defer(void (*fn)(void));
-/* fork (classes/fork.c): 0 prepare (take the table's lock), 1 parent
- * (release it), 2 child (reset it). */
-void   sdm_entry_fork(int phase);
+/* fork (classes/fork.c): take the table's lock, release it, or reset it
+ * in the child. */
+void   sdm_entry_fork(enum sd_fork_phase phase);
 
 void  *sdm_malloc(size_t size);
 void  *sdm_calloc(size_t n, size_t size);
