@@ -89,6 +89,8 @@ def render_table(w, summ, runs):
                 cells.append('-')
         for key, _, higher, ratio in w.extra:
             v = d.get(key)
+            if isinstance(v, str) and num(v) is not None:
+                v = num(v)              # a figure kept as printed (the middle run's)
             if isinstance(v, float):
                 b = best(key, higher) if higher is not None else None
                 mark = '*' if b is not None and v == b else ' '
