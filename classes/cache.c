@@ -109,9 +109,10 @@
  * Locks of the hooks layer, all taken with no allocator lock held:
  * the heap profiler's table locks (start_lock, then a shard lock, then
  * the stack or name table lock: hooks/proftab.h) take no allocator lock
- * under them either, and fork takes them before any allocator lock; the
- * shrinker's `lock` guards its thread's life, is never held during a
- * pass, and is above every allocator lock (the thread's creation under
+ * under them but entry_lock (start_lock switches the entry table), and
+ * fork takes them before any allocator lock; the
+ * shrinker's `lock` guards its thread's life, is held across no pass,
+ * and is above every allocator lock (the thread's creation under
  * it allocates; the free path's nudge never takes it: hooks/shrinker.c).
  *
  * Owner-private state takes no lock: a thread's private list, its slabs'

@@ -6,7 +6,8 @@
  *
  * Locks, in the order fork's prepare takes them, before any allocator
  * lock (none of them is ever taken with an allocator lock held, and no
- * allocator lock is taken with one of them held):
+ * allocator lock but the entry table's leaf, entry_lock of
+ * classes/malloc.c, is taken with one of them held):
  *   start_lock      mapping the tables, switching on and off, and the
  *                   entry table (sdm_entry_switch); a free that drops the
  *                   last reference (prof_refs) with profiling off only

@@ -51,10 +51,11 @@
  * is spent; the next pass resumes there.
  *
  * Locks.  `lock` guards the thread's life (the variables below it); the
- * thread takes it only to leave its loop (leave()), never during a pass,
- * and not at all once it has set `leaving`, so shrinker_stop and
- * shrinker_park join it with `lock` held.  The passes take the caches'
- * locks in classes/cache.c's order with no lock of this file held.  The
+ * loop takes it only to leave (leave()), holds it across no pass, and
+ * once the thread has set `leaving` it takes it no more, so
+ * shrinker_stop and shrinker_park join it with `lock` held.  The passes
+ * take the caches' locks in classes/cache.c's order with no lock of this
+ * file held.  The
  * free path's nudge runs under a slab lock and takes no lock here: a
  * clock read and at most the eventfd write (wake_add).
  *
@@ -106,12 +107,12 @@
 #include "fdguard.h"
 #include "fmt.h"
 #include "large.h"
+#include "mallocfam.h"
 #include "mesh.h"
 #include "meshpace.h"
 #include "options.h"
 #include "os.h"
 #include "pcpu.h"
-#include "mallocfam.h"
 #include "segment.h"
 #include "shrinkpass.h"
 #include "sigchain.h"
