@@ -39,11 +39,22 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
         uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
         if (me >= lo && me < hi) {
             self_lo = lo;
-            self_hi = hi;
+            __atomic_store_n(&self_hi, hi, __ATOMIC_RELEASE);
             return 1;
         }
     }
     return 0;
+}
+
+void backtrace_find_self(void)
+{
+    if (!__atomic_load_n(&self_hi, __ATOMIC_ACQUIRE))
+        dl_iterate_phdr(find_self, (void *)(uintptr_t)&backtrace_find_self);
+}
+
+int backtrace_ours(const void *ip)
+{
+    return ours((uintptr_t)ip);
 }
 
 /* Keep frames from the first one outside the allocator (all of them if
@@ -136,6 +147,6 @@ int backtrace_record(void **frames, int max)
 
 __attribute__((constructor(102))) static void backtrace_init(void)
 {
-    dl_iterate_phdr(find_self, (void *)(uintptr_t)&backtrace_init);
+    backtrace_find_self();
     __atomic_store_n(&backtrace_ready, 1, __ATOMIC_RELEASE);
 }

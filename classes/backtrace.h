@@ -13,6 +13,13 @@ void backtrace_print(int fd, const char *indent);
  * first, the allocator's own skipped; returns how many (0 before start-up
  * or inside an unwind). */
 int backtrace_record(void **frames, int max);
+/* Find the allocator's own code: the executable segment of the object
+ * that holds it (this library, or a test program linking the static
+ * core).  Idempotent; from the constructors (dl_iterate_phdr takes the
+ * loader's lock: not from inside malloc). */
+void backtrace_find_self(void);
+/* Is ip in that code (0 until it is found)? */
+int backtrace_ours(const void *ip);
 /* Print frame number i at ip as backtrace_print does. */
 void backtrace_print_frame(int fd, const char *indent, int i, void *ip);
 

@@ -350,14 +350,7 @@ int os_close(int fd)
 #if defined(__x86_64__)
 long os_syscall6(long n, long a1, long a2, long a3, long a4, long a5, long a6)
 {
-    register long r10 __asm__("r10") = a4;
-    register long r8 __asm__("r8") = a5;
-    register long r9 __asm__("r9") = a6;
-    long r;
-    __asm__ volatile("syscall"
-                     : "=a"(r)
-                     : "a"(n), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
+    long r = os_raw_syscall6(n, a1, a2, a3, a4, a5, a6);
     if (r < 0 && r > -4096) {
         errno = (int)-r;
         return -1;

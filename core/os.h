@@ -127,6 +127,24 @@ static inline uint64_t os_timespec_ns(const struct timespec *t)
 ssize_t os_read(int fd, void *buf, size_t n);
 ssize_t os_pread(int fd, void *buf, size_t n, off_t off);
 int os_close(int fd);
+#if defined(__x86_64__)
+/* The system call instruction: the kernel's result, -errno on failure
+ * (errno untouched).  os_syscall6's, and the preload layer's fork-like
+ * calls' (preload/forks.c). */
+static inline long os_raw_syscall6(long n, long a1, long a2, long a3, long a4, long a5,
+                                   long a6)
+{
+    register long r10 __asm__("r10") = a4;
+    register long r8 __asm__("r8") = a5;
+    register long r9 __asm__("r9") = a6;
+    long r;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "a"(n), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return r;
+}
+#endif
 /* syscall(2), without the preload layer's wrapper (which catches
  * fork-like numbers): up to six arguments, -1 and errno on failure. */
 long os_syscall6(long n, long a1, long a2, long a3, long a4, long a5, long a6);

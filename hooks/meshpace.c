@@ -34,9 +34,9 @@
 #include <time.h>
 
 #include "cache.h"
+#include "mallocfam.h"
 #include "os.h"
 #include "pcpu.h"
-#include "mallocfam.h"
 
 #define MESH_COMPUTE_HOLD_MS 1000
 

@@ -28,19 +28,19 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <link.h>
 #include <string.h>
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include "backtrace.h"
 #include "cache.h"
 #include "fmt.h"
+#include "mallocfam.h"
 #include "options.h"
 #include "os.h"
 #include "proftab.h"
 #include "sample.h"
-#include "mallocfam.h"
 #include "segment.h"
 
 SD_HIDDEN struct prof_tables *prof_tab;
@@ -58,7 +58,6 @@ static sd_mutex start_lock = SD_MUTEX_INIT;
  * reference while its sample is out of the table. */
 static unsigned long prof_refs;
 static uint32_t prof_gen;               /* changes at each start: threads re-arm */
-static uintptr_t self_lo, self_hi;      /* our own code (cut from backtraces) */
 
 /* The kick candidates' buffers (prof_kick_begin): a few at once. */
 #define KICK_BUFS 4
@@ -366,21 +365,6 @@ static void refs_drop(void)
 /* ---------------------------------------------------------------- */
 /* Backtraces and names                                              */
 
-static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    uintptr_t me = (uintptr_t)arg;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && me >= lo && me < hi) {
-            self_lo = lo;
-            self_hi = hi;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* The stack id of frames[0..n) (inserted if new; *fresh says so). */
 static uint32_t stack_intern(const uintptr_t *f, uint32_t n, int *fresh)
 {
@@ -515,8 +499,7 @@ static uint32_t take_backtrace(void)
     void *raw[PROF_FRAMES + 16];
     int n = unw_backtrace(raw, PROF_FRAMES + 16);
     int first = 0;
-    while (first < n && (uintptr_t)raw[first] >= self_lo &&
-           (uintptr_t)raw[first] < self_hi)
+    while (first < n && backtrace_ours(raw[first]))
         first++;
     if (first == n)
         first = 0;                      /* all ours: the static core */
@@ -730,7 +713,7 @@ int prof_start(uint64_t interval)
         t->stack[0].hash = 1;           /* the overflow stack: no frames */
         t->stack[0].cache = PROF_CACHE_MIXED;
         kick_bufs = (struct prof_kick_buf *)((char *)m + tab);
-        dl_iterate_phdr(find_self, (void *)(uintptr_t)&prof_start);
+        backtrace_find_self();          /* our own code, cut from backtraces */
         /* libunwind's cache of unwind rules is one table under a mutex
          * (Debian's build has no per-thread cache: UNW_CACHE_PER_THREAD
          * falls back to it): a thread that forks while another holds it

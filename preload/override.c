@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "fmt.h"
-#include "os.h"
 #include "mallocfam.h"
+#include "os.h"
 
 #define ALIAS(name) __attribute__((alias(#name), visibility("default"), used))
 

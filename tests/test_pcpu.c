@@ -24,9 +24,9 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "mallocfam.h"
 #include "pcpu.h"
 #include "rseq.h"
-#include "mallocfam.h"
 #include "sizeclass.h"
 #include "xfer.h"
 

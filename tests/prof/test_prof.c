@@ -18,10 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mallocfam.h"
 #include "prof.h"
 #include "proftab.h"
 #include "sample.h"
-#include "mallocfam.h"
 #include "slabdefrag.h"
 
 static int cmp_ptr(const void *a, const void *b)
