@@ -305,7 +305,7 @@ struct shrink_loop {
     uint64_t held_from;             /* meshing first held back for frees
                                        that go on (MESH_HOLD_MAX_MS) */
     int held;                       /* ...and is held back now */
-    int again;                      /* a catch-up is wanted (mesh_more) */
+    int again;                      /* a catch-up is wanted (shrink_mesh_more) */
     struct compute_look look;       /* compute_hold */
     uint64_t last_mesh;             /* the end of the last pass or catch-up */
     uint64_t again_gap;             /* from last_mesh to the next catch-up */
