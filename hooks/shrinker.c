@@ -470,7 +470,7 @@ static uint64_t tend(struct shrink_loop *l)
     }
     if (l->dirty_seen && now >= l->dirty_seen + DIRTY_PURGE_MS * MS) {
         l->dirty_seen = 0;
-        shrink_purge_released();                /* stale aliases, then dirty slots */
+        shrink_purge_released();        /* stale aliases, then dirty slots */
         compute_rebase(&l->look);
         now = os_now_ns();
     }
