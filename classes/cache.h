@@ -112,6 +112,14 @@ void fork_raw_prepare(void);
 void fork_raw_parent(void);
 void fork_raw_child(void);
 /* ---- classes/cache.c ---- */
+/* A typed cache (sd_cache_create, hooks/api.c): merged into a compatible
+ * one (its name added to the aliases) or a new one, whose struct comes
+ * from alloc_struct (called with sd_caches_lock held).  NULL and errno
+ * on error. */
+struct sd_cache *cache_create(const char *name, size_t size, size_t align,
+                              unsigned long flags, void (*ctor)(void *),
+                              const struct sd_cache_ops *ops,
+                              void *(*alloc_struct)(size_t));
 /* Create a slab for c: formatted, unlocked, on no list.  NULL + ENOMEM. */
 struct slab *cache_slab_new(struct sd_cache *c);
 /* Give a slab that is off every list (state RELEASING) back to the OS;

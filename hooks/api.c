@@ -18,12 +18,6 @@
 #include "tcache.h"
 #include "vacate.h"
 
-struct sd_cache *cache_create(const char *name, size_t size, size_t align,
-                              unsigned long flags, void (*ctor)(void *),
-                              const struct sd_cache_ops *ops,
-                              void *(*alloc_struct)(size_t));
-
-
 /* A cache pointer the caller handed us: one of ours and alive? */
 static struct sd_cache *cache_checked(const sd_cache *s)
 {
