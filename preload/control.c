@@ -37,6 +37,7 @@
 #include "os.h"
 #include "prof.h"
 #include "shrinker.h"
+#include "sigchain.h"
 #include "slabdefrag.h"
 #include "stats.h"
 #include "validate.h"
@@ -71,7 +72,7 @@ static int read_request(int fd, char *buf, size_t size, const char **why)
             *why = "timed out waiting for the request";
             return -1;
         }
-        ssize_t got = read(fd, buf + n, size - 1 - n);
+        ssize_t got = os_read(fd, buf + n, size - 1 - n);
         if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (got <= 0)
@@ -302,7 +303,7 @@ static void control_ready(int lfd)
     sigset_t pipe;
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, NULL);
+    sigchain_sigmask(SIG_BLOCK, &pipe, NULL);
     (void)lfd;                          /* read again: it may have moved */
     for (int k = 0; k < 8; k++) {       /* a few per wake-up, then shrink */
         static int conn = -1;           /* guarded, core/fdguard.h */

@@ -24,6 +24,7 @@
 #include "fdguard.h"
 #include "fmt.h"
 #include "lock.h"
+#include "os.h"
 
 /* glibc: exported, not declared; close and fcntl are cancellation points
  * there, and stay so. */
@@ -53,7 +54,7 @@ SD_EXPORT int close(int fd)
 SD_EXPORT int dup(int fd)
 {
     fdguard_call_begin();
-    int r = ours(fd) ? ebadf() : (int)syscall(SYS_dup, fd);
+    int r = ours(fd) ? ebadf() : (int)os_syscall(SYS_dup, fd);
     fdguard_call_end();
     return r;
 }
@@ -80,7 +81,7 @@ SD_EXPORT int dup2(int fd, int fd2)
 SD_EXPORT int dup3(int fd, int fd2, int flags)
 {
     fdguard_call_begin();
-    int r = take_number(fd, fd2) ? ebadf() : (int)syscall(SYS_dup3, fd, fd2, flags);
+    int r = take_number(fd, fd2) ? ebadf() : (int)os_syscall(SYS_dup3, fd, fd2, flags);
     fdguard_call_end();
     return r;
 }
@@ -118,19 +119,19 @@ static int close_range_around(unsigned lo, unsigned hi, int flags)
         unsigned o = (unsigned)mine[i];
         if (o < lo || o > hi)
             continue;
-        if (o > lo && syscall(SYS_close_range, lo, o - 1, flags))
+        if (o > lo && os_syscall(SYS_close_range, lo, o - 1, flags))
             return -1;
         if (o == hi)
             return 0;
         lo = o + 1;
     }
-    return syscall(SYS_close_range, lo, hi, flags) ? -1 : 0;
+    return os_syscall(SYS_close_range, lo, hi, flags) ? -1 : 0;
 }
 
 SD_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 {
     fdguard_call_begin();
-    int r = lo > hi ? (int)syscall(SYS_close_range, lo, hi, flags)
+    int r = lo > hi ? (int)os_syscall(SYS_close_range, lo, hi, flags)
                     : close_range_around(lo, hi, flags);
     fdguard_call_end();
     return r;
@@ -146,7 +147,8 @@ SD_EXPORT void closefrom(int lo)
     if (r == 0 || e != ENOSYS)
         return;
     /* A kernel without close_range (before 5.9): one close each, up to
-     * the descriptor limit. */
+     * the descriptor limit, through this file's own close, which passes
+     * over ours. */
     struct rlimit rl;
     int max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1u << 20 ? (int)rl.rlim_cur
                                                                            : 1 << 20;

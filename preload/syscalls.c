@@ -54,10 +54,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "writebarrier.h"
 #include "fmt.h"
 #include "heapfile.h"
 #include "lock.h"
+#include "os.h"
+#include "writebarrier.h"
 
 #define CONTROL_MAX 512         /* bytes of ancillary data copied through the stack */
 
@@ -81,20 +82,20 @@ typedef ssize_t recvmsg_fn(int, struct msghdr *, int);
 /* The system calls, when no definition is found (not cancellation points). */
 static ssize_t sys_readv(int fd, const struct iovec *v, int n)
 {
-    return syscall(SYS_readv, fd, v, n);
+    return os_syscall(SYS_readv, fd, v, n);
 }
 static ssize_t sys_preadv64(int fd, const struct iovec *v, int n, off64_t off)
 {
-    return syscall(SYS_preadv, fd, v, n, (long)off, (long)((uint64_t)off >> 32));
+    return os_syscall(SYS_preadv, fd, v, n, (long)off, (long)((uint64_t)off >> 32));
 }
 static ssize_t sys_preadv64v2(int fd, const struct iovec *v, int n, off64_t off, int fl)
 {
-    return syscall(SYS_preadv2, fd, v, n, (long)off, (long)((uint64_t)off >> 32), fl);
+    return os_syscall(SYS_preadv2, fd, v, n, (long)off, (long)((uint64_t)off >> 32), fl);
 }
 static ssize_t sys_recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                             socklen_t *len)
 {
-    return syscall(SYS_recvfrom, fd, buf, n, fl, a, len);
+    return os_syscall(SYS_recvfrom, fd, buf, n, fl, a, len);
 }
 static ssize_t sys_recv(int fd, void *buf, size_t n, int fl)
 {
@@ -102,7 +103,7 @@ static ssize_t sys_recv(int fd, void *buf, size_t n, int fl)
 }
 static ssize_t sys_recvmsg(int fd, struct msghdr *m, int fl)
 {
-    return syscall(SYS_recvmsg, fd, m, fl);
+    return os_syscall(SYS_recvmsg, fd, m, fl);
 }
 
 void *syscalls_next_symbol(const char *name, void *fallback)
