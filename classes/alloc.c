@@ -553,12 +553,22 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
 {
     SD_ASSERT(sd_spin_held(&s->lock));
     unsigned k = 0;
-    while (k < n && (s->freelist || cache_slab_unpurge_locked(c, s))) {
-        void *p = s->freelist;
-        s->freelist = slab_get_next(s, p);
+    /* The head in a register, stored once: out[] may alias s->freelist as
+     * far as the compiler knows, which would store and reload it at
+     * every step of a walk that is one dependent load after another. */
+    void *p = s->freelist;
+    while (k < n) {
+        if (!p) {
+            s->freelist = NULL;
+            if (!cache_slab_unpurge_locked(c, s))
+                break;
+            p = s->freelist;
+        }
         out[k++] = p;
+        p = slab_get_next(s, p);
     }
-    if (!s->freelist)
+    s->freelist = p;
+    if (!p)
         cache_slab_unpurge_locked(c, s);    /* a PARTIAL slab keeps one */
     __atomic_store_n(&s->inuse, s->inuse + k, __ATOMIC_RELAXED);  /* refill peeks */
     return k;

@@ -116,6 +116,7 @@ static void free_plain(void *p)
 {
     if (unlikely(!p))
         return;
+    __builtin_prefetch((char *)p + 8, 1);
     struct slab *s = segment_slab_of(p);
     if (likely(s)) {
         cache_free_fast(s, p, "free");
