@@ -116,6 +116,10 @@ static void free_plain(void *p)
 {
     if (unlikely(!p))
         return;
+    /* The free tag's line (classes/alloc.h reads and writes it): a block
+     * freed long after its last use is a cache miss, which then overlaps
+     * the slab lookup instead of following it.  A prefetch never faults,
+     * whatever p is. */
     __builtin_prefetch((char *)p + 8, 1);
     struct slab *s = segment_slab_of(p);
     if (likely(s)) {
