@@ -581,8 +581,8 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
     *got = 0;
     if (__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED)) {
         sd_mutex_lock(&c->list_lock);
-        /* The fullest of the first REFILL_SCAN partial slabs (issue 16:
-         * allocation fills the fuller slabs, the sparse ones drain). */
+        /* The fullest of the first REFILL_SCAN partial slabs: allocation
+         * fills the fuller slabs, and the sparse ones drain. */
         struct slab *best = NULL;
         unsigned seen = 0;
         for (struct sd_list *l = c->partial.next; l != &c->partial && seen < REFILL_SCAN;
@@ -602,20 +602,30 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
                 sd_spin_trylock(&x->lock))
                 best = x;
         }
-        if (best) {
-            s = best;
-            *got = slab_take_locked(c, s, out, n);
-            __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
-            if (s->inuse == s->capacity) {
-                cache_partial_del_locked(c, s);
-                slab_set_state(s, SLAB_FULL);
-            }
-            sd_spin_unlock(&s->lock);
+        if (!best) {
+            sd_mutex_unlock(&c->list_lock);
+            goto fresh;
         }
+        /* The list's part is decided from the counts (the free objects,
+         * on the freelist or on purged pages, are capacity - inuse), so
+         * that the walk, a dependent load per object, runs under the
+         * slab's lock alone: other refills of the class do not wait for
+         * it.  A slab the walk will fill leaves the list now and turns
+         * FULL after the walk (its purged pages count while PARTIAL). */
+        s = best;
+        uint32_t avail = s->capacity - s->inuse;
+        if (n >= avail)
+            cache_partial_del_locked(c, s);
+        __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
         sd_mutex_unlock(&c->list_lock);
-        if (s)
-            return s;
+        *got = slab_take_locked(c, s, out, n);
+        SD_ASSERT(*got == (n < avail ? n : avail));
+        if (n >= avail)
+            slab_set_state(s, SLAB_FULL);
+        sd_spin_unlock(&s->lock);
+        return s;
     }
+fresh:
     /* No partial slab: a retained empty one, or a new one. */
     s = cache_partial_take(c);
     if (!s) {
