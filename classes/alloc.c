@@ -27,6 +27,7 @@ void report_double_free(const char *call, const void *p, const struct sd_cache *
 /* Make s the thread's active slab (s locked; unlocked on return). */
 static void activate_unlock(struct tbin *b, struct slab *s)
 {
+    slab_rmap_fold(s);                  /* the private list is all of them */
     slab_set_state(s, SLAB_ACTIVE);
     __atomic_store_n(&s->owner, sd_tc.token, __ATOMIC_RELAXED);
     b->slab = s;
@@ -268,6 +269,8 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
 static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
 {
     SD_ASSERT(sd_spin_held(&s->lock));
+    if (!s->freelist)
+        slab_rmap_fold(s);
     void *p = s->freelist;
     s->freelist = slab_get_next(s, p);
     if (s->tagged)
@@ -421,7 +424,7 @@ static void free_slow_body(struct slab *s, void *p, const char *call)
             report_double_free(call, p, c);
         report_invalid(call, p);
     }
-    if (unlikely(p == s->freelist))
+    if (unlikely(p == s->freelist || slab_rmap_has(s, p)))
         report_double_free(call, p, c);
     if (s->owner == sd_tc.token) {
         /* Our own active or ring slab (a caller that skipped the fast path). */
@@ -512,6 +515,8 @@ void cache_free_tagged(struct slab *s, void *p, const char *call)
     sd_spin_lock(&h->lock);
     st = h->state;
     owner = h->owner;
+    if (slab_state_live(st))
+        slab_rmap_fold(h);
     /* Released or emptied by the drain: no object of it was live. */
     found = found || !slab_state_live(st) || list_has(h, h->freelist, hp);
     /* Still another thread's, which was inside the allocator: its lists
@@ -553,6 +558,18 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
 {
     SD_ASSERT(sd_spin_held(&s->lock));
     unsigned k = 0;
+    /* The return map first (core/slab.h): objects found by their bits,
+     * in address order, without touching them. */
+    uint64_t *map = slab_rmap(s);
+    for (unsigned w = 0, words = slab_rmap_words(s); w < words && k < n; w++) {
+        uint64_t m = map[w];
+        if (!m)
+            continue;
+        char *base = s->start + (size_t)w * 64 * s->size;
+        for (; m && k < n; m &= m - 1)
+            out[k++] = base + (size_t)__builtin_ctzll(m) * s->size;
+        map[w] = m;
+    }
     /* The head in a register, stored once: out[] may alias s->freelist as
      * far as the compiler knows, which would store and reload it at
      * every step of a walk that is one dependent load after another. */
@@ -643,9 +660,10 @@ fresh:
 }
 
 /* A batch's objects were freed at random over the heap, and each costs
- * its slab descriptor's two lines and its own line (the freelist link)
- * - in a big heap, misses one after the other.  So the loop asks for
- * those of the object RETURN_AHEAD places on while it works on this one. */
+ * its slab descriptor's two lines - in a big heap, misses one after the
+ * other.  So the loop asks for those of the object RETURN_AHEAD places
+ * on while it works on this one.  The objects themselves are not touched
+ * (the return map), so not fetched. */
 #define RETURN_AHEAD 4
 
 /* Prefetch objects *pf.. up to `upto` (not past n); *pf: the next one. */
@@ -659,7 +677,6 @@ static inline void return_prefetch(void *const *objs, unsigned *pf, unsigned upt
             __builtin_prefetch(t, 1);
             __builtin_prefetch((char *)t + 64, 1);
         }
-        __builtin_prefetch(q, 1);
     }
 }
 
@@ -684,15 +701,29 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
             continue;
         }
         uint32_t before = s->inuse;
+        /* A slab on the lists takes the run in its return map (core/slab.h):
+         * a bit per object, the objects untouched.  One a thread owns
+         * takes it on its freelist, as the other threads' frees. */
+        uint64_t *map = state == SLAB_PARTIAL || state == SLAB_FULL ? slab_rmap(s) : NULL;
         do {                                /* the run of objects of s */
-            if (unlikely(p == s->freelist)) {
-                sd_spin_unlock(&s->lock);
-                report_double_free(call, p, c);
+            if (map) {
+                uint32_t k = slab_index(s, p);
+                uint64_t bit = 1ULL << (k & 63);
+                if (unlikely(map[k >> 6] & bit)) {
+                    sd_spin_unlock(&s->lock);
+                    report_double_free(call, p, c);
+                }
+                map[k >> 6] |= bit;
+            } else {
+                if (unlikely(p == s->freelist)) {
+                    sd_spin_unlock(&s->lock);
+                    report_double_free(call, p, c);
+                }
+                if (s->tagged)
+                    *slab_tag(s, p) = sd_free_tag;
+                slab_set_next(s, p, s->freelist);
+                __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
             }
-            if (s->tagged)
-                *slab_tag(s, p) = sd_free_tag;
-            slab_set_next(s, p, s->freelist);
-            __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
             __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);
             if (++i == n)
                 break;

@@ -269,7 +269,7 @@ int mesh_enabled(void)
 
 /* In-use bitmap of s (locked): complement of its free map.  Returns the
  * objects in use, or -1 on a corrupt freelist. */
-static int used_bitmap(const struct slab *s, uint64_t *map)
+static int used_bitmap(struct slab *s, uint64_t *map)
 {
     if (slab_free_map(s, map) < 0)
         return -1;

@@ -83,6 +83,7 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     s->inv = inv;
     s->divlim = capacity - 1;
     s->inuse = 0;
+    slab_rmap_clear(s);
     void *last = NULL;
     if (order == SLAB_ORDER_SHUFFLE) {
         /* Fisher-Yates over the indices; once per slab, never per object. */
@@ -135,8 +136,44 @@ uint64_t slab_object_pages(const struct slab *s, const void *p)
     return object_pages(s, slab_index(s, p));
 }
 
-int slab_free_map(const struct slab *s, uint64_t *map)
+_Static_assert(SEG_RMAP_MAX_OBJECTS == SLAB_MAX_OBJECTS,
+               "a return map has a bit for every object a slab may hold");
+
+uint32_t slab_rmap_fold(struct slab *s)
 {
+    uint64_t *map = slab_rmap(s);
+    unsigned words = slab_rmap_words(s);
+    void *head = s->freelist, *last = NULL;
+    uint32_t n = 0;
+    for (unsigned w = 0; w < words; w++) {
+        for (uint64_t m = map[w]; m; m &= m - 1) {
+            slab_link(s, &last, slab_object(s, w * 64 + (unsigned)__builtin_ctzll(m)));
+            n++;
+        }
+        map[w] = 0;
+    }
+    if (last)
+        slab_set_next(s, last, head);
+    else
+        s->freelist = head;
+    return n;
+}
+
+void slab_rmap_clear(struct slab *s)
+{
+    /* The slot's whole map: the slab it held before may have had more
+     * objects. */
+    const struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
+    uint64_t *map = slab_rmap(s);
+    unsigned words = segment_rmap_words(seg->slot_shift);
+    for (unsigned w = 0; w < words; w++)
+        if (map[w])                     /* untouched pages stay untouched */
+            map[w] = 0;
+}
+
+int slab_free_map(struct slab *s, uint64_t *map)
+{
+    slab_rmap_fold(s);
     memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));
     int n = 0;
     for (void *p = s->freelist; p; p = slab_next_raw(s, p)) {
@@ -174,6 +211,7 @@ uint64_t slab_free_pages(const struct slab *s, const uint64_t *map)
 uint32_t slab_unlink_pages(struct slab *s, uint64_t pages)
 {
     uint32_t keep = 0, drop = 0;
+    slab_rmap_fold(s);
     for (void *p = s->freelist; p; p = slab_get_next(s, p)) {
         if (object_on_pages(s, slab_index(s, p), pages))
             drop++;
@@ -224,7 +262,7 @@ uint32_t slab_unpurge(struct slab *s)
     return n;
 }
 
-int slab_collect_inuse(const struct slab *s, void **vec)
+int slab_collect_inuse(struct slab *s, void **vec)
 {
     uint64_t map[SLAB_MAX_OBJECTS / 64];
     if (slab_free_map(s, map) < 0)

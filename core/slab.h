@@ -6,6 +6,7 @@
 #ifndef SD_CORE_SLAB_H
 #define SD_CORE_SLAB_H
 
+#include "segment.h"
 #include "types.h"
 
 #define SLAB_MAX_OBJECTS 4096
@@ -75,6 +76,41 @@ static inline uintptr_t *slab_tag(const struct slab *s, void *p)
     return (uintptr_t *)((char *)p + s->fpo + sizeof(void *));
 }
 
+/* ---------------------------------------------------------------------
+ * Return maps.  A batch a full per-CPU stack sends back to a PARTIAL or
+ * FULL slab (classes/alloc.c, cache_return_objects) sets a bit per object
+ * in the slab's return map (a bitmap in the segment header, after the
+ * descriptors: core/segment.h) instead of writing a free pointer into each
+ * object, and a per-CPU refill (slab_take_locked) takes the map's objects
+ * first, by finding set bits: neither touches the objects, which a
+ * program that frees much of its heap at once and allocates it again
+ * (sh6bench, sh8bench) would otherwise bring into the cache twice more
+ * each, once cold.  So a slab's free objects are those on its freelist,
+ * those in its return map and those on purged pages.  Everything else
+ * that reads a freelist folds the map into it first (slab_rmap_fold,
+ * under the slab lock): slab_free_map and what builds on it (vacate,
+ * mesh, page purge, validation), activation by a thread, a direct
+ * allocation.  Bits are set and cleared under the slab lock. */
+static inline uint64_t *slab_rmap(const struct slab *s)
+{
+    return segment_rmap(s);
+}
+static inline unsigned slab_rmap_words(const struct slab *s)
+{
+    return (s->capacity + 63) / 64;
+}
+/* Is object p of s in its return map? */
+static inline int slab_rmap_has(const struct slab *s, const void *p)
+{
+    uint32_t i = slab_index(s, p);
+    return slab_rmap(s)[i >> 6] >> (i & 63) & 1;
+}
+/* Link the return map's objects onto the freelist (ascending, ahead of
+ * it) and clear the map.  Returns how many. */
+uint32_t slab_rmap_fold(struct slab *s);
+/* Clear the map (a slab formatted or emptied of every list). */
+void slab_rmap_clear(struct slab *s);
+
 /* How slab_format orders a new slab's freelist (meshing, classes/mesh.c:
  * "Placement"). */
 enum slab_order {
@@ -89,13 +125,14 @@ enum slab_order {
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
                  uint16_t fpo, void (*ctor)(void *), unsigned order, uint64_t seed);
 /* Mark the free objects in bitmap `map` (capacity bits, cleared first):
- * those on the freelist and those on purged pages (core/types.h).
+ * those on the freelist (the return map folded into it first) and those
+ * on purged pages (core/types.h).
  * Returns the number of free objects; -1 if the freelist is corrupt (a
  * pointer outside the slab, misaligned, or a cycle). */
-int slab_free_map(const struct slab *s, uint64_t *map);
+int slab_free_map(struct slab *s, uint64_t *map);
 /* Allocated objects in address order into vec; returns their number, or -1
  * on a corrupt freelist. */
-int slab_collect_inuse(const struct slab *s, void **vec);
+int slab_collect_inuse(struct slab *s, void **vec);
 /* Rebuild the freelist in address order (patch 02/10's
  * resequence_freelist), so that objects are handed out ascending; objects
  * on purged pages stay off it. */
