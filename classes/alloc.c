@@ -561,7 +561,8 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
     /* The return map first (core/slab.h): objects found by their bits,
      * in address order, without touching them. */
     uint64_t *map = slab_rmap(s);
-    for (unsigned w = 0, words = slab_rmap_words(s); w < words && k < n; w++) {
+    unsigned w = 0, words = slab_rmap_words(s);
+    for (; w < words && k < n; w++) {
         uint64_t m = map[w];
         if (!m)
             continue;
@@ -570,6 +571,9 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
             out[k++] = base + (size_t)__builtin_ctzll(m) * s->size;
         map[w] = m;
     }
+    int mapped = 0;                     /* objects left in the map */
+    for (unsigned v = w ? w - 1 : 0; v < words && !mapped; v++)
+        mapped = map[v] != 0;
     /* The head in a register, stored once: out[] may alias s->freelist as
      * far as the compiler knows, which would store and reload it at
      * every step of a walk that is one dependent load after another. */
@@ -585,7 +589,7 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
         p = slab_get_next(s, p);
     }
     s->freelist = p;
-    if (!p)
+    if (!p && !mapped)
         cache_slab_unpurge_locked(c, s);    /* a PARTIAL slab keeps one */
     __atomic_store_n(&s->inuse, s->inuse + k, __ATOMIC_RELAXED);  /* refill peeks */
     return k;

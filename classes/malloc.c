@@ -388,8 +388,10 @@ int sdm_trim(void)
     pcpu_drain(NULL);
     for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
         struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
-        if (c)
+        if (c) {
             bytes += cache_release_empty(c, 1);
+            cache_fold_returns(c);
+        }
     }
     bytes += cache_settle_slots(1, 0);
     return bytes > 0;

@@ -269,7 +269,7 @@ int mesh_enabled(void)
 
 /* In-use bitmap of s (locked): complement of its free map.  Returns the
  * objects in use, or -1 on a corrupt freelist. */
-static int used_bitmap(struct slab *s, uint64_t *map)
+static int used_bitmap(const struct slab *s, uint64_t *map)
 {
     if (slab_free_map(s, map) < 0)
         return -1;
@@ -306,6 +306,7 @@ static uint32_t relink_free(struct slab *b, const uint64_t *used, uint32_t cap)
             nfree++;
         }
     slab_link_end(b, last);
+    slab_rmap_clear(b);                 /* all on the list now */
     return nfree;
 }
 
@@ -388,6 +389,7 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
     memcpy(bmap, ub, words * sizeof(uint64_t));
     a->inuse = 0;
     a->freelist = NULL;
+    slab_rmap_clear(a);
     slab_set_state(a, SLAB_MESHED);
     a->mesh_host = b;
     a->mesh_alias = b->mesh_alias;

@@ -171,11 +171,17 @@ void slab_rmap_clear(struct slab *s)
             map[w] = 0;
 }
 
-int slab_free_map(struct slab *s, uint64_t *map)
+int slab_free_map(const struct slab *s, uint64_t *map)
 {
-    slab_rmap_fold(s);
-    memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));
+    const uint64_t *r = slab_rmap(s);
+    unsigned words = slab_rmap_words(s);
     int n = 0;
+    for (unsigned w = 0; w < words; w++) {
+        map[w] = r[w];
+        n += __builtin_popcountll(r[w]);
+    }
+    if (s->capacity & 63 && map[words - 1] >> (s->capacity & 63))
+        return -1;                  /* a bit past the last object */
     for (void *p = s->freelist; p; p = slab_next_raw(s, p)) {
         if (!slab_contains(s, p))
             return -1;
@@ -211,15 +217,29 @@ uint64_t slab_free_pages(const struct slab *s, const uint64_t *map)
 uint32_t slab_unlink_pages(struct slab *s, uint64_t pages)
 {
     uint32_t keep = 0, drop = 0;
-    slab_rmap_fold(s);
+    uint64_t *r = slab_rmap(s);
+    unsigned words = slab_rmap_words(s);
     for (void *p = s->freelist; p; p = slab_get_next(s, p)) {
         if (object_on_pages(s, slab_index(s, p), pages))
             drop++;
         else
             keep++;
     }
+    for (unsigned w = 0; w < words; w++)
+        for (uint64_t m = r[w]; m; m &= m - 1) {
+            if (object_on_pages(s, w * 64 + (uint32_t)__builtin_ctzll(m), pages))
+                drop++;
+            else
+                keep++;
+        }
     if (!keep || !drop)
         return 0;
+    for (unsigned w = 0; w < words; w++)
+        for (uint64_t m = r[w]; m; m &= m - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(m);
+            if (object_on_pages(s, i, pages))
+                r[w] &= ~(1ULL << (i & 63));
+        }
     void *last = NULL;
     for (void *p = s->freelist, *next; p; p = next) {
         next = slab_get_next(s, p);
@@ -262,7 +282,7 @@ uint32_t slab_unpurge(struct slab *s)
     return n;
 }
 
-int slab_collect_inuse(struct slab *s, void **vec)
+int slab_collect_inuse(const struct slab *s, void **vec)
 {
     uint64_t map[SLAB_MAX_OBJECTS / 64];
     if (slab_free_map(s, map) < 0)
@@ -285,4 +305,5 @@ void slab_resequence(struct slab *s)
         if (map[i >> 6] >> (i & 63) & 1 && !(purged && object_on_pages(s, i, purged)))
             slab_link(s, &last, slab_object(s, i));
     slab_link_end(s, last);
+    slab_rmap_clear(s);                 /* all on the list now */
 }

@@ -87,10 +87,12 @@ static inline uintptr_t *slab_tag(const struct slab *s, void *p)
  * (sh6bench, sh8bench) would otherwise bring into the cache twice more
  * each, once cold.  So a slab's free objects are those on its freelist,
  * those in its return map and those on purged pages.  Everything else
- * that reads a freelist folds the map into it first (slab_rmap_fold,
- * under the slab lock): slab_free_map and what builds on it (vacate,
- * mesh, page purge, validation), activation by a thread, a direct
- * allocation.  Bits are set and cleared under the slab lock. */
+ * that takes objects off a freelist folds the map into it first
+ * (slab_rmap_fold: activation by a thread, a direct allocation); the free
+ * maps count it (slab_free_map: vacate, mesh, page purge), what rebuilds
+ * a freelist from a free map clears it (resequence, mesh), the page purge
+ * takes its objects on purged pages out of it, and validation counts it.
+ * Bits are set and cleared under the slab lock. */
 static inline uint64_t *slab_rmap(const struct slab *s)
 {
     return segment_rmap(s);
@@ -125,14 +127,14 @@ enum slab_order {
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
                  uint16_t fpo, void (*ctor)(void *), unsigned order, uint64_t seed);
 /* Mark the free objects in bitmap `map` (capacity bits, cleared first):
- * those on the freelist (the return map folded into it first) and those
- * on purged pages (core/types.h).
+ * those in the return map, on the freelist and on purged pages
+ * (core/types.h).
  * Returns the number of free objects; -1 if the freelist is corrupt (a
  * pointer outside the slab, misaligned, or a cycle). */
-int slab_free_map(struct slab *s, uint64_t *map);
+int slab_free_map(const struct slab *s, uint64_t *map);
 /* Allocated objects in address order into vec; returns their number, or -1
  * on a corrupt freelist. */
-int slab_collect_inuse(struct slab *s, void **vec);
+int slab_collect_inuse(const struct slab *s, void **vec);
 /* Rebuild the freelist in address order (patch 02/10's
  * resequence_freelist), so that objects are handed out ascending; objects
  * on purged pages stay off it. */
@@ -153,8 +155,8 @@ static inline uint64_t slab_purged(const struct slab *s)
 /* Pages every object of which is free in `map` (a free map, as above),
  * among the pages the slab's objects cover. */
 uint64_t slab_free_pages(const struct slab *s, const uint64_t *map);
-/* Take the objects overlapping `pages` off the freelist, unless that would
- * leave it empty.  Returns the objects taken, 0 if none (nothing changed). */
+/* Take the objects overlapping `pages` off the freelist and the return
+ * map, unless that would leave them both empty.  Returns the objects taken, 0 if none (nothing changed). */
 uint32_t slab_unlink_pages(struct slab *s, uint64_t pages);
 /* The pages object p of s overlaps, a bit each. */
 uint64_t slab_object_pages(const struct slab *s, const void *p);
