@@ -54,8 +54,9 @@
  *                              threads' slabs (slab lock, then list lock;
  *                              classes/fork.c).  fork's prepare also takes
  *                              every slab lock under them (locked walk).
- *   3. slab->lock (sd_spin)    a slab's shared freelist, inuse, state,
- *                              owner and purged pages.  Held for a few
+ *   3. slab->lock (sd_spin)    a slab's shared freelist, return map
+ *                              (core/slab.h), inuse, state, owner and
+ *                              purged pages.  Held for a few
  *                              instructions; across a get() callback only
  *                              while vacating; across the madvise of a
  *                              sparse slab's free pages (and, with
