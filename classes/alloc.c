@@ -25,6 +25,7 @@ void report_double_free(const char *call, const void *p, const struct sd_cache *
 /* Make s the thread's active slab (s locked; unlocked on return). */
 static void activate_unlock(struct tbin *b, struct slab *s)
 {
+    slab_rmap_fold(s);                  /* the private list is all of them */
     slab_set_state(s, SLAB_ACTIVE);
     __atomic_store_n(&s->owner, sd_tc.token, __ATOMIC_RELAXED);
     b->slab = s;
@@ -266,6 +267,8 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
 static void *partial_pop_locked(struct sd_cache *c, struct slab *s)
 {
     SD_ASSERT(sd_spin_held(&s->lock));
+    if (!s->freelist)
+        slab_rmap_fold(s);
     void *p = s->freelist;
     s->freelist = slab_get_next(s, p);
     if (s->tagged)
@@ -419,7 +422,7 @@ static void free_slow_body(struct slab *s, void *p, const char *call)
             report_double_free(call, p, c);
         report_invalid(call, p);
     }
-    if (unlikely(p == s->freelist))
+    if (unlikely(p == s->freelist || slab_rmap_has(s, p)))
         report_double_free(call, p, c);
     if (s->owner == sd_tc.token) {
         /* Our own active or ring slab (a caller that skipped the fast path). */
@@ -510,6 +513,8 @@ void cache_free_tagged(struct slab *s, void *p, const char *call)
     sd_spin_lock(&h->lock);
     st = h->state;
     owner = h->owner;
+    if (slab_state_live(st))
+        slab_rmap_fold(h);
     /* Released or emptied by the drain: no object of it was live. */
     found = found || !slab_state_live(st) || list_has(h, h->freelist, hp);
     /* Still another thread's, which was inside the allocator: its lists
@@ -551,12 +556,38 @@ static unsigned slab_take_locked(struct sd_cache *c, struct slab *s, void **out,
 {
     SD_ASSERT(sd_spin_held(&s->lock));
     unsigned k = 0;
-    while (k < n && (s->freelist || cache_slab_unpurge_locked(c, s))) {
-        void *p = s->freelist;
-        s->freelist = slab_get_next(s, p);
-        out[k++] = p;
+    /* The return map first (core/slab.h): objects found by their bits,
+     * in address order, without touching them. */
+    uint64_t *map = slab_rmap(s);
+    unsigned w = 0, words = slab_rmap_words(s);
+    for (; w < words && k < n; w++) {
+        uint64_t m = map[w];
+        if (!m)
+            continue;
+        char *base = s->start + (size_t)w * 64 * s->size;
+        for (; m && k < n; m &= m - 1)
+            out[k++] = base + (size_t)__builtin_ctzll(m) * s->size;
+        map[w] = m;
     }
-    if (!s->freelist)
+    int mapped = 0;                     /* objects left in the map */
+    for (unsigned v = w ? w - 1 : 0; v < words && !mapped; v++)
+        mapped = map[v] != 0;
+    /* The head in a register, stored once: out[] may alias s->freelist as
+     * far as the compiler knows, which would store and reload it at
+     * every step of a walk that is one dependent load after another. */
+    void *p = s->freelist;
+    while (k < n) {
+        if (!p) {
+            s->freelist = NULL;
+            if (!cache_slab_unpurge_locked(c, s))
+                break;
+            p = s->freelist;
+        }
+        out[k++] = p;
+        p = slab_get_next(s, p);
+    }
+    s->freelist = p;
+    if (!p && !mapped)
         cache_slab_unpurge_locked(c, s);    /* a PARTIAL slab keeps one */
     __atomic_store_n(&s->inuse, s->inuse + k, __ATOMIC_RELAXED);  /* refill peeks */
     return k;
@@ -569,8 +600,8 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
     *got = 0;
     if (__atomic_load_n(&c->nr_partial, __ATOMIC_RELAXED)) {
         sd_mutex_lock(&c->list_lock);
-        /* The fullest of the first REFILL_SCAN partial slabs (so that
-         * allocation fills the fuller slabs, the sparse ones drain). */
+        /* The fullest of the first REFILL_SCAN partial slabs: allocation
+         * fills the fuller slabs, and the sparse ones drain. */
         struct slab *best = NULL;
         unsigned seen = 0;
         for (struct sd_list *l = c->partial.next; l != &c->partial && seen < REFILL_SCAN;
@@ -590,20 +621,29 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
                 sd_spin_trylock(&x->lock))
                 best = x;
         }
-        if (best) {
-            s = best;
-            *got = slab_take_locked(c, s, out, n);
-            __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
-            if (s->inuse == s->capacity) {
-                cache_partial_del_locked(c, s);
-                slab_set_state(s, SLAB_FULL);
-            }
-            sd_spin_unlock(&s->lock);
+        if (!best) {
+            sd_mutex_unlock(&c->list_lock);
+            goto fresh;
         }
+        /* The list's part is decided from the counts (the free objects,
+         * in the return map, on the freelist or on purged pages, are
+         * capacity - inuse), so that the take runs under the slab's lock
+         * alone: other refills of the class do not wait for it.  A slab the walk will fill leaves the list now and turns
+         * FULL after the walk (its purged pages count while PARTIAL). */
+        s = best;
+        uint32_t avail = s->capacity - s->inuse;
+        if (n >= avail)
+            cache_partial_del_locked(c, s);
+        __atomic_fetch_add(&s->feeding, 1, __ATOMIC_RELAXED);
         sd_mutex_unlock(&c->list_lock);
-        if (s)
-            return s;
+        *got = slab_take_locked(c, s, out, n);
+        SD_ASSERT(*got == (n < avail ? n : avail));
+        if (n >= avail)
+            slab_set_state(s, SLAB_FULL);
+        sd_spin_unlock(&s->lock);
+        return s;
     }
+fresh:
     /* No partial slab: a retained empty one, or a new one. */
     s = cache_partial_take(c);
     if (!s) {
@@ -621,9 +661,10 @@ struct slab *cache_take_refill(struct sd_cache *c, void **out, unsigned n,
 }
 
 /* A batch's objects were freed at random over the heap, and each costs
- * its slab descriptor's two lines and its own line (the freelist link)
- * - in a big heap, misses one after the other.  So the loop asks for
- * those of the object RETURN_AHEAD places on while it works on this one. */
+ * its slab descriptor's two lines - in a big heap, misses one after the
+ * other.  So the loop asks for those of the object RETURN_AHEAD places
+ * on while it works on this one.  The objects themselves are not touched
+ * (the return map), so not fetched. */
 #define RETURN_AHEAD 4
 
 /* Prefetch objects *pf.. up to `upto` (not past n); *pf: the next one. */
@@ -637,7 +678,6 @@ static inline void return_prefetch(void *const *objs, unsigned *pf, unsigned upt
             __builtin_prefetch(t, 1);
             __builtin_prefetch((char *)t + 64, 1);
         }
-        __builtin_prefetch(q, 1);
     }
 }
 
@@ -662,15 +702,29 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
             continue;
         }
         uint32_t before = s->inuse;
+        /* A slab on the lists takes the run in its return map (core/slab.h):
+         * a bit per object, the objects untouched.  One a thread owns
+         * takes it on its freelist, as the other threads' frees. */
+        uint64_t *map = state == SLAB_PARTIAL || state == SLAB_FULL ? slab_rmap(s) : NULL;
         do {                                /* the run of objects of s */
-            if (unlikely(p == s->freelist)) {
-                sd_spin_unlock(&s->lock);
-                report_double_free(call, p, c);
+            if (map) {
+                uint32_t k = slab_index(s, p);
+                uint64_t bit = 1ULL << (k & 63);
+                if (unlikely(map[k >> 6] & bit)) {
+                    sd_spin_unlock(&s->lock);
+                    report_double_free(call, p, c);
+                }
+                map[k >> 6] |= bit;
+            } else {
+                if (unlikely(p == s->freelist)) {
+                    sd_spin_unlock(&s->lock);
+                    report_double_free(call, p, c);
+                }
+                if (s->tagged)
+                    *slab_tag(s, p) = sd_free_tag;
+                slab_set_next(s, p, s->freelist);
+                __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
             }
-            if (s->tagged)
-                *slab_tag(s, p) = sd_free_tag;
-            slab_set_next(s, p, s->freelist);
-            __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
             __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);
             if (++i == n)
                 break;

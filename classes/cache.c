@@ -55,8 +55,9 @@
  *                              threads' slabs (slab lock, then list lock;
  *                              classes/fork.c).  fork's prepare also takes
  *                              every slab lock under them (locked walk).
- *   3. slab->lock (sd_spin)    a slab's shared freelist, inuse, state,
- *                              owner and purged pages.  Held for a few
+ *   3. slab->lock (sd_spin)    a slab's shared freelist, return map
+ *                              (core/slab.h), inuse, state, owner and
+ *                              purged pages.  Held for a few
  *                              instructions; across a get() callback only
  *                              while vacating; across the madvise of a
  *                              sparse slab's free pages (and, with
@@ -563,6 +564,7 @@ static void slab_purge_pages_locked(struct sd_cache *c, struct slab *s)
     if (!slab_unlink_pages(s, pages)) {
         /* Every free object is on those pages (its live objects fill
          * whole pages): keep the first one's, for the freelist. */
+        slab_rmap_fold(s);
         pages &= ~slab_object_pages(s, s->freelist);
         if (!pages || !slab_unlink_pages(s, pages))
             return;
@@ -749,6 +751,20 @@ struct slab *cache_partial_take(struct sd_cache *c)
     }
     sd_mutex_unlock(&c->list_lock);
     return got;
+}
+
+void cache_fold_returns(struct sd_cache *c)
+{
+    sd_mutex_lock(&c->list_lock);
+    struct sd_list *lists[2] = { &c->partial, &c->empty };
+    for (int k = 0; k < 2; k++)
+        for (struct sd_list *l = lists[k]->next; l != lists[k]; l = l->next) {
+            struct slab *s = list_entry(l, struct slab, link);
+            sd_spin_lock(&s->lock);
+            slab_rmap_fold(s);
+            sd_spin_unlock(&s->lock);
+        }
+    sd_mutex_unlock(&c->list_lock);
 }
 
 size_t cache_release_empty(struct sd_cache *c, int all)

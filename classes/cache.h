@@ -171,6 +171,9 @@ size_t cache_settle_slots(int all, uint64_t deadline);
 /* Release retained empty slabs: all, or those past the decay.  Returns
  * bytes released. */
 size_t cache_release_empty(struct sd_cache *c, int all);
+/* Every free object of c's listed slabs onto its freelist: the return
+ * maps folded in (core/slab.h), as malloc_trim leaves a heap. */
+void cache_fold_returns(struct sd_cache *c);
 
 /* ---- classes/cacheusage.c ---- */
 /* Figures for statistics; objects_inuse excludes thread-private lists. */

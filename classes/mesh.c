@@ -302,6 +302,7 @@ static uint32_t relink_free(struct slab *b, const uint64_t *used, uint32_t cap)
             nfree++;
         }
     slab_link_end(b, last);
+    slab_rmap_clear(b);                 /* all on the list now */
     return nfree;
 }
 
@@ -384,6 +385,7 @@ static int mesh_pair(struct sd_cache *c, struct slab *a, struct slab *b,
     memcpy(bmap, ub, words * sizeof(uint64_t));
     a->inuse = 0;
     a->freelist = NULL;
+    slab_rmap_clear(a);
     slab_set_state(a, SLAB_MESHED);
     a->mesh_host = b;
     a->mesh_alias = b->mesh_alias;

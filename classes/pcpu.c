@@ -74,6 +74,16 @@ static unsigned id_hi;                  /* ids below this may be set up */
 #define PCPU_NSTATS 5                   /* counters per id: 3 hot ones, and
                                            the drain batches begun and ended */
 enum { LIMBO_BEGIN = 3, LIMBO_END = 4 };
+/* The batch counters (stat.h REFILL_OBJECTS..DRAIN_XFER), per CPU, of the
+ * malloc classes only: they fit after the hot counters in the statistics
+ * area, and they are what tells how well a class's stacks absorb its
+ * traffic (objects per refill and drain, the transfer cache's share). */
+#define PCPU_NBATCH 4
+#define PCPU_BATCH_OFF (PCPU_STATS_OFF + SD_MAX_CACHES * PCPU_NSTATS * sizeof(unsigned long))
+_Static_assert(PCPU_BATCH_OFF + SD_NCLASSES * PCPU_NBATCH * sizeof(unsigned long) <=
+               PCPU_SLOTS_OFF, "the batch counters fit before the slots");
+_Static_assert(SD_STAT_DRAIN_XFER - SD_STAT_REFILL_OBJECTS == PCPU_NBATCH - 1,
+               "the batch counters are consecutive");
 
 static inline struct pcpu_hdr *hdr_of(unsigned cpu, unsigned id)
 {
@@ -229,6 +239,24 @@ static int hdr_setup(const struct sd_cache *c, unsigned cpu)
 /* ---------------------------------------------------------------- */
 /* Statistics                                                        */
 
+static inline int stat_is_batch(enum sd_stat i)
+{
+    return i >= SD_STAT_REFILL_OBJECTS && i <= SD_STAT_DRAIN_XFER;
+}
+
+static inline unsigned long *batch_of(unsigned cpu, uint16_t id, enum sd_stat i)
+{
+    return (unsigned long *)(base + ((size_t)cpu << PCPU_REGION_SHIFT) + PCPU_BATCH_OFF) +
+           (size_t)id * PCPU_NBATCH + (i - SD_STAT_REFILL_OBJECTS);
+}
+
+/* Add n to batch counter i of malloc class id, on cpu's line. */
+static inline void batch_add(unsigned cpu, uint16_t id, enum sd_stat i, unsigned long n)
+{
+    if (id < SD_NCLASSES && cpu < ncpu)
+        __atomic_fetch_add(batch_of(cpu, id, i), n, __ATOMIC_RELAXED);
+}
+
 static unsigned stat_slot(enum sd_stat i)
 {
     return i == SD_STAT_ALLOC_REFILL ? 0 : i == SD_STAT_ALLOC_DIRECT ? 1 : 2;
@@ -265,6 +293,11 @@ unsigned long pcpu_stat_sum(uint16_t id, enum sd_stat i)
     unsigned long n = 0;
     if (!__atomic_load_n(&sd_pcpu_on, __ATOMIC_ACQUIRE) || id >= SD_MAX_CACHES)
         return 0;
+    if (stat_is_batch(i)) {
+        for (unsigned cpu = 0; id < SD_NCLASSES && cpu < ncpu; cpu++)
+            n += __atomic_load_n(batch_of(cpu, id, i), __ATOMIC_RELAXED);
+        return n;
+    }
     for (unsigned cpu = 0; cpu < ncpu; cpu++)
         n += __atomic_load_n(stat_of(cpu, id, i), __ATOMIC_RELAXED);
     return n;
@@ -379,6 +412,9 @@ static void *refill_body(struct sd_cache *c)
         }
     }
     pcpu_stat_add(c->id, SD_STAT_ALLOC_REFILL, 1);
+    batch_add(cpu, c->id, SD_STAT_REFILL_OBJECTS, got);
+    if (!src)
+        batch_add(cpu, c->id, SD_STAT_REFILL_XFER, 1);
     if (src && got > 1) {
         /* The slab hands objects out in address order (a resequenced
          * freelist): the stack must pop them in that order too. */
@@ -457,6 +493,8 @@ static void drain_body(struct slab *s, void *p, const char *call, int why)
     buf[n++] = p;
     pcpu_stat_add(c->id, SD_STAT_FREE_REMOTE, 1);
     unsigned put = xfer_put(c, buf, n);         /* another CPU's next refill */
+    batch_add(cpu, c->id, SD_STAT_DRAIN_OBJECTS, n);
+    batch_add(cpu, c->id, SD_STAT_DRAIN_XFER, put);
     if (put < n)
         cache_return_objects(buf + put, n - put, call);
     __atomic_fetch_add(counter_of(cpu, (uint16_t)id, LIMBO_END), 1, __ATOMIC_RELEASE);

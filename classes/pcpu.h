@@ -70,7 +70,8 @@ int pcpu_quiesce(const struct sd_cache *c, struct slab *s);
 size_t pcpu_cached(uint16_t id);
 
 /* Hot counters, counted per CPU and summed on read (stat.h ids
- * ALLOC_REFILL, ALLOC_DIRECT, FREE_REMOTE). */
+ * ALLOC_REFILL, ALLOC_DIRECT, FREE_REMOTE); pcpu_stat_sum also sums the
+ * malloc classes' batch counters (REFILL_OBJECTS..DRAIN_XFER). */
 void pcpu_stat_add(uint16_t id, enum sd_stat i, unsigned long n);
 unsigned long pcpu_stat_sum(uint16_t id, enum sd_stat i);
 
@@ -91,7 +92,8 @@ static inline void cache_stat_hot(struct sd_cache *c, enum sd_stat i, unsigned l
 static inline unsigned long cache_stat_read(const struct sd_cache *c, enum sd_stat i)
 {
     unsigned long n = __atomic_load_n(&c->stat[i], __ATOMIC_RELAXED);
-    if (i == SD_STAT_ALLOC_REFILL || i == SD_STAT_ALLOC_DIRECT || i == SD_STAT_FREE_REMOTE)
+    if (i == SD_STAT_ALLOC_REFILL || i == SD_STAT_ALLOC_DIRECT || i == SD_STAT_FREE_REMOTE ||
+        (i >= SD_STAT_REFILL_OBJECTS && i <= SD_STAT_DRAIN_XFER))
         n += pcpu_stat_sum(c->id, i);
     if (i == SD_STAT_ALLOC_REFILL || i == SD_STAT_FREE_REMOTE)
         n += tcache_stat_sum(c->id, i);

@@ -207,7 +207,8 @@ static struct segment *segment_new(struct seg_kind *k, unsigned kind)
 {
     unsigned shift = seg_kind_shift(kind);
     unsigned cap = (unsigned)(SD_SEGMENT_SIZE >> shift);
-    size_t hdr = SEG_GUARD + sizeof(struct segment) + cap * sizeof(struct slab);
+    size_t hdr = SEG_GUARD + sizeof(struct segment) + cap * sizeof(struct slab) +
+                 cap * segment_rmap_words(shift) * sizeof(uint64_t);
     unsigned first = (unsigned)((hdr + (1UL << shift) - 1) >> shift);
     size_t size = SD_SEGMENT_SIZE;
     int limited = os_as_limited();

@@ -100,6 +100,24 @@ static inline struct segment *segment_at(uintptr_t base)
     return (struct segment *)(base + SEG_GUARD);
 }
 
+/* Return maps (core/slab.h, "Return maps"): after the slab descriptors,
+ * the header holds a bitmap per slot, room for one bit per object of the
+ * smallest stride (16 bytes), at most SEG_RMAP_MAX_OBJECTS. */
+#define SEG_RMAP_MAX_OBJECTS 4096u
+static inline unsigned segment_rmap_words(unsigned slot_shift)
+{
+    unsigned objs = (1u << slot_shift) / 16;
+    return (objs < SEG_RMAP_MAX_OBJECTS ? objs : SEG_RMAP_MAX_OBJECTS) / 64;
+}
+
+static inline uint64_t *segment_rmap(const struct slab *s)
+{
+    struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
+    unsigned shift = seg->slot_shift, cap = (unsigned)(SD_SEGMENT_SIZE >> shift);
+    size_t slot = (size_t)(s - seg->slabs);
+    return (uint64_t *)&seg->slabs[cap] + slot * segment_rmap_words(shift);
+}
+
 /* Meshing's segments (segment.c, "Anonymous segments"): 1 if the slab's
  * memory is a shared object of its own (filed: it can host a mesh), 0 if
  * it is private anonymous memory; set_filed records that a mesh filed it

@@ -83,6 +83,7 @@ void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
     s->inv = inv;
     s->divlim = capacity - 1;
     s->inuse = 0;
+    slab_rmap_clear(s);
     void *last = NULL;
     if (order == SLAB_ORDER_SHUFFLE) {
         /* Fisher-Yates over the indices; once per slab, never per object. */
@@ -135,10 +136,52 @@ uint64_t slab_object_pages(const struct slab *s, const void *p)
     return object_pages(s, slab_index(s, p));
 }
 
+_Static_assert(SEG_RMAP_MAX_OBJECTS == SLAB_MAX_OBJECTS,
+               "a return map has a bit for every object a slab may hold");
+
+uint32_t slab_rmap_fold(struct slab *s)
+{
+    uint64_t *map = slab_rmap(s);
+    unsigned words = slab_rmap_words(s);
+    void *head = s->freelist, *last = NULL;
+    uint32_t n = 0;
+    for (unsigned w = 0; w < words; w++) {
+        for (uint64_t m = map[w]; m; m &= m - 1) {
+            slab_link(s, &last, slab_object(s, w * 64 + (unsigned)__builtin_ctzll(m)));
+            n++;
+        }
+        map[w] = 0;
+    }
+    if (last)
+        slab_set_next(s, last, head);
+    else
+        s->freelist = head;
+    return n;
+}
+
+void slab_rmap_clear(struct slab *s)
+{
+    /* The slot's whole map: the slab it held before may have had more
+     * objects. */
+    const struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
+    uint64_t *map = slab_rmap(s);
+    unsigned words = segment_rmap_words(seg->slot_shift);
+    for (unsigned w = 0; w < words; w++)
+        if (map[w])                     /* untouched pages stay untouched */
+            map[w] = 0;
+}
+
 int slab_free_map(const struct slab *s, uint64_t *map)
 {
-    memset(map, 0, ((s->capacity + 63) / 64) * sizeof(uint64_t));
+    const uint64_t *r = slab_rmap(s);
+    unsigned words = slab_rmap_words(s);
     int n = 0;
+    for (unsigned w = 0; w < words; w++) {
+        map[w] = r[w];
+        n += __builtin_popcountll(r[w]);
+    }
+    if (s->capacity & 63 && map[words - 1] >> (s->capacity & 63))
+        return -1;                  /* a bit past the last object */
     for (void *p = s->freelist; p; p = slab_next_raw(s, p)) {
         if (!slab_contains(s, p))
             return -1;
@@ -174,14 +217,29 @@ uint64_t slab_free_pages(const struct slab *s, const uint64_t *map)
 uint32_t slab_unlink_pages(struct slab *s, uint64_t pages)
 {
     uint32_t keep = 0, drop = 0;
+    uint64_t *r = slab_rmap(s);
+    unsigned words = slab_rmap_words(s);
     for (void *p = s->freelist; p; p = slab_get_next(s, p)) {
         if (object_on_pages(s, slab_index(s, p), pages))
             drop++;
         else
             keep++;
     }
+    for (unsigned w = 0; w < words; w++)
+        for (uint64_t m = r[w]; m; m &= m - 1) {
+            if (object_on_pages(s, w * 64 + (uint32_t)__builtin_ctzll(m), pages))
+                drop++;
+            else
+                keep++;
+        }
     if (!keep || !drop)
         return 0;
+    for (unsigned w = 0; w < words; w++)
+        for (uint64_t m = r[w]; m; m &= m - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(m);
+            if (object_on_pages(s, i, pages))
+                r[w] &= ~(1ULL << (i & 63));
+        }
     void *last = NULL;
     for (void *p = s->freelist, *next; p; p = next) {
         next = slab_get_next(s, p);
@@ -247,4 +305,5 @@ void slab_resequence(struct slab *s)
         if (map[i >> 6] >> (i & 63) & 1 && !(purged && object_on_pages(s, i, purged)))
             slab_link(s, &last, slab_object(s, i));
     slab_link_end(s, last);
+    slab_rmap_clear(s);                 /* all on the list now */
 }

@@ -6,6 +6,7 @@
 #ifndef SD_CORE_SLAB_H
 #define SD_CORE_SLAB_H
 
+#include "segment.h"
 #include "types.h"
 
 #define SLAB_MAX_OBJECTS 4096
@@ -75,6 +76,43 @@ static inline uintptr_t *slab_tag(const struct slab *s, void *p)
     return (uintptr_t *)((char *)p + s->fpo + sizeof(void *));
 }
 
+/* ---------------------------------------------------------------------
+ * Return maps.  A batch a full per-CPU stack sends back to a PARTIAL or
+ * FULL slab (classes/alloc.c, cache_return_objects) sets a bit per object
+ * in the slab's return map (a bitmap in the segment header, after the
+ * descriptors: core/segment.h) instead of writing a free pointer into each
+ * object, and a per-CPU refill (slab_take_locked) takes the map's objects
+ * first, by finding set bits: neither touches the objects, which a
+ * program that frees much of its heap at once and allocates it again
+ * (sh6bench, sh8bench) would otherwise bring into the cache twice more
+ * each, once cold.  So a slab's free objects are those on its freelist,
+ * those in its return map and those on purged pages.  Everything else
+ * that takes objects off a freelist folds the map into it first
+ * (slab_rmap_fold: activation by a thread, a direct allocation); the free
+ * maps count it (slab_free_map: vacate, mesh, page purge), what rebuilds
+ * a freelist from a free map clears it (resequence, mesh), the page purge
+ * takes its objects on purged pages out of it, and validation counts it.
+ * Bits are set and cleared under the slab lock. */
+static inline uint64_t *slab_rmap(const struct slab *s)
+{
+    return segment_rmap(s);
+}
+static inline unsigned slab_rmap_words(const struct slab *s)
+{
+    return (s->capacity + 63) / 64;
+}
+/* Is object p of s in its return map? */
+static inline int slab_rmap_has(const struct slab *s, const void *p)
+{
+    uint32_t i = slab_index(s, p);
+    return slab_rmap(s)[i >> 6] >> (i & 63) & 1;
+}
+/* Link the return map's objects onto the freelist (ascending, ahead of
+ * it) and clear the map.  Returns how many. */
+uint32_t slab_rmap_fold(struct slab *s);
+/* Clear the map (a slab formatted or emptied of every list). */
+void slab_rmap_clear(struct slab *s);
+
 /* How slab_format orders a new slab's freelist (meshing, classes/mesh.c:
  * "Placement"). */
 enum slab_order {
@@ -89,7 +127,8 @@ enum slab_order {
 void slab_format(struct slab *s, uint32_t size, uint32_t capacity,
                  uint16_t fpo, void (*ctor)(void *), unsigned order, uint64_t seed);
 /* Mark the free objects in bitmap `map` (capacity bits, cleared first):
- * those on the freelist and those on purged pages (core/types.h).
+ * those in the return map, on the freelist and on purged pages
+ * (core/types.h).
  * Returns the number of free objects; -1 if the freelist is corrupt (a
  * pointer outside the slab, misaligned, or a cycle). */
 int slab_free_map(const struct slab *s, uint64_t *map);
@@ -116,8 +155,8 @@ static inline uint64_t slab_purged(const struct slab *s)
 /* Pages every object of which is free in `map` (a free map, as above),
  * among the pages the slab's objects cover. */
 uint64_t slab_free_pages(const struct slab *s, const uint64_t *map);
-/* Take the objects overlapping `pages` off the freelist, unless that would
- * leave it empty.  Returns the objects taken, 0 if none (nothing changed). */
+/* Take the objects overlapping `pages` off the freelist and the return
+ * map, unless that would leave them both empty.  Returns the objects taken, 0 if none (nothing changed). */
 uint32_t slab_unlink_pages(struct slab *s, uint64_t pages);
 /* The pages object p of s overlaps, a bit each. */
 uint64_t slab_object_pages(const struct slab *s, const void *p);

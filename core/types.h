@@ -104,7 +104,8 @@ struct sd_cache;
 
 struct slab {
     /* First cache line: everything the owner's lock-free free touches. */
-    sd_spin   lock;           /* guards freelist, inuse, state, owner */
+    sd_spin   lock;           /* guards freelist, return map, inuse,
+                                 state, owner */
     uint8_t   state;          /* enum slab_state */
     uint8_t   kind;           /* segment kind (slot size) */
     uint16_t  bin;            /* cache id: index of the owner's tbin */

@@ -191,7 +191,32 @@ static int walk_free_list(struct vctx *v, struct slab *s, const char *name,
     return 1;
 }
 
-/* inuse == capacity - |freelist| - |objects on purged pages|, in every
+/* The return map's objects (core/slab.h): inside the slab's capacity and
+ * on no free list (map: the freelist's, which they join).  Returns how
+ * many. */
+static uint32_t walk_rmap(struct vctx *v, struct slab *s, const char *name, uint64_t *map)
+{
+    const uint64_t *r = slab_rmap(s);
+    const struct segment *seg = segment_at((uintptr_t)s & ~(SD_SEGMENT_SIZE - 1));
+    uint32_t n = 0;
+    for (unsigned w = 0; w < segment_rmap_words(seg->slot_shift); w++)
+        for (uint64_t m = r[w]; m; m &= m - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(m);
+            if (i >= s->capacity) {
+                corrupt(v, name, s->start, "return map bit %u past capacity %u", i,
+                        s->capacity);
+                return n;
+            }
+            if (map[w] >> (i & 63) & 1)
+                corrupt(v, name, s->start, "object %u both in the return map and on "
+                        "the freelist", i);
+            map[w] |= 1ULL << (i & 63);
+            n++;
+        }
+    return n;
+}
+
+/* inuse == capacity - |freelist| - |return map| - |objects on purged pages|, in every
  * state (ACTIVE and OWNED too: the owner's private and local lists count
  * in inuse, and only the slab lock changes it); FULL and EMPTY agree with
  * inuse; purged pages only on a slab with free objects left on its
@@ -199,14 +224,15 @@ static int walk_free_list(struct vctx *v, struct slab *s, const char *name,
 static void check_counts(struct vctx *v, struct slab *s, const char *name,
                          uint32_t nfree)
 {
+    /* nfree: the freelist's and the return map's objects. */
     uint64_t purged = slab_purged(s);
     if (purged) {
         uint32_t np = slab_purged_objects(s);
         if (np + nfree > s->capacity)
             corrupt(v, name, s->start, "%u objects on purged pages and %u on the "
                     "freelist, of %u", np, nfree, s->capacity);
-        if (!s->freelist)
-            corrupt(v, name, s->start, "purged pages but an empty freelist");
+        if (!nfree)
+            corrupt(v, name, s->start, "purged pages but no free object on a list");
         if (s->mesh_alias)
             corrupt(v, name, s->start, "purged pages on a mesh host");
         nfree += np;
@@ -281,8 +307,9 @@ static void check_links(struct vctx *v, struct slab *s, const char *name)
 static void check_alias(struct vctx *v, struct slab *s, const char *name)
 {
     struct slab *h = s->mesh_host;
-    if (s->inuse || s->freelist)
-        corrupt(v, name, s->start, "MESHED with inuse %u and freelist %p",
+    uint64_t none[SLAB_MAX_OBJECTS / 64] = { 0 };
+    if (s->inuse || s->freelist || walk_rmap(v, s, name, none))
+        corrupt(v, name, s->start, "MESHED with inuse %u and freelist %p, or a return map",
                 s->inuse, s->freelist);
     if (!h)
         corrupt(v, name, s->start, "MESHED without a host");
@@ -312,8 +339,10 @@ static void check_slab(struct slab *s, void *arg)
             uint64_t map[SLAB_MAX_OBJECTS / 64];
             memset(map, 0, sizeof map);
             uint32_t nfree = 0;
-            if (walk_free_list(v, s, name, "freelist", s->freelist, map, &nfree))
+            if (walk_free_list(v, s, name, "freelist", s->freelist, map, &nfree)) {
+                nfree += walk_rmap(v, s, name, map);
                 check_counts(v, s, name, nfree);
+            }
             check_owner(v, s, name, map);
             check_links(v, s, name);
         }

@@ -318,15 +318,25 @@ Test(pcpu, transfer_cache_moves_batches_between_cpus)
     unsigned cap = pcpu_cap(64);
     pcpu_drain(NULL);
     pin_to(0);
+    unsigned long drained = cache_stat_read(c, SD_STAT_DRAIN_OBJECTS),
+                  to_xfer = cache_stat_read(c, SD_STAT_DRAIN_XFER),
+                  refilled = cache_stat_read(c, SD_STAT_REFILL_OBJECTS),
+                  from_xfer = cache_stat_read(c, SD_STAT_REFILL_XFER);
     for (unsigned i = 0; i < 2 * cap; i++)      /* a stack, and more */
         sdm_free(p[i]);
     size_t held = xfer_cached(cls);
     cr_assert_gt(held, 0, "a full stack's batch did not reach the transfer cache");
     cr_assert_leq(held, cap, "the transfer cache holds %zu of at most %u", held, cap);
+    /* The batch counters saw it: a drain of at least half a stack, and
+     * what the transfer cache took of it. */
+    cr_assert_geq(cache_stat_read(c, SD_STAT_DRAIN_OBJECTS) - drained, cap / 2);
+    cr_assert_geq(cache_stat_read(c, SD_STAT_DRAIN_XFER) - to_xfer, held);
     pin_to(1);                                  /* an empty stack: refill */
     for (unsigned i = 0; i < cap / 2 + 1; i++)
         cr_assert_not_null(p[i] = sdm_malloc(64));
     cr_assert_lt(xfer_cached(cls), held, "the refill did not take from the transfer cache");
+    cr_assert_geq(cache_stat_read(c, SD_STAT_REFILL_XFER) - from_xfer, 1);
+    cr_assert_geq(cache_stat_read(c, SD_STAT_REFILL_OBJECTS) - refilled, held - xfer_cached(cls));
     pcpu_drain(NULL);
     cr_assert_eq(xfer_cached(cls), 0, "a drain left objects in the transfer cache");
     cr_assert_eq(pcpu_cached(cls), 0);

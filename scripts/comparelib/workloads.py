@@ -44,7 +44,7 @@ MANYTHREADS_N = [2, 64, 256, 1024]
 # percpu: the standard allocator benchmarks of issue 11, one table each,
 # plus the speed summary line (geometric mean of the time ratios).
 GROUPS = {
-    'percpu': ['larson', 'churn-1', 'churn-n', 'xthread', 'stchurn', 'sizemix',
+    'percpu': ['larson', 'larson-mb', 'churn-1', 'churn-n', 'xthread', 'stchurn', 'sizemix',
                'batchfree'] +
               ['manythreads-%d' % n for n in MANYTHREADS_N],
     # large: blocks above 32 KiB (issue 12), bench/large.c
@@ -106,6 +106,16 @@ def suite(bench, quick):
         % ((ncpu,) + (('5', '2000', '1000') if q else ('250', '20000', '10000'))),
         [os.path.join(bench, 'larson'), '-t', str(ncpu)] +
         (['-S', '1000', '-r', '5', '-n', '2000'] if q else ['-r', '250', '-n', '20000']),
+        extra=speed_extra + [('remote_free_pct', 'remote %', None)], speed=True))
+    # mimalloc-bench's larson arguments (5000 blocks of 8..1000 B per
+    # thread, each thread's life 100 x 5000 replacements, seed 4141), for
+    # a fixed number of lifetimes instead of its 5 seconds.
+    W.append(Workload(
+        'larson-mb', 'Larson with mimalloc-bench\'s parameters: %d lineage(s) x %s thread '
+        'lives x %s replacements in 5000 slots of 8..1000 B'
+        % ((ncpu,) + (('2', '50k') if q else ('20', '500k'))),
+        [os.path.join(bench, 'larson'), '-t', str(ncpu), '-S', '5000', '-m', '8', '-M', '1000',
+         '-s', '4141'] + (['-r', '2', '-n', '50000'] if q else ['-r', '20', '-n', '500000']),
         extra=speed_extra + [('remote_free_pct', 'remote %', None)], speed=True))
     for tag, nt in (('1', 1), ('n', ncpu)):
         W.append(Workload(
