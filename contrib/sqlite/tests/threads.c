@@ -12,7 +12,12 @@
  * PRAGMA integrity_check must say ok, and get()/kick() must have dropped
  * pages (else the test proves nothing).
  *
- *   sqlite-threads [SECONDS]     (default 8; a new directory under /tmp)
+ *   sqlite-threads [SECONDS] [--background]
+ *
+ * SECONDS defaults to 8; the database goes in a new directory under /tmp.
+ * --background: no shrinking thread of ours; the allocator's background
+ * shrinker (started by its own options, e.g. SLABDEFRAG_RSS_LIMIT_MB) must
+ * do the vacating.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -163,9 +168,15 @@ static void *shrinker(void *arg)
 int main(int argc, char **argv)
 {
     double seconds = 8;
-    if (argc > 2 || (argc == 2 && (seconds = strtod(argv[1], NULL)) <= 0)) {
-        fprintf(stderr, "usage: sqlite-threads [SECONDS]\n");
-        return 2;
+    int background = 0;
+    for (int i = 1; i < argc; i++) {
+        char *end;
+        if (strcmp(argv[i], "--background") == 0) {
+            background = 1;
+        } else if ((seconds = strtod(argv[i], &end)) <= 0 || *end) {
+            fprintf(stderr, "usage: sqlite-threads [SECONDS] [--background]\n");
+            return 2;
+        }
     }
     char dir[] = "/tmp/sdsqlite-threads.XXXXXX";
     if (!mkdtemp(dir)) {
@@ -197,12 +208,13 @@ int main(int argc, char **argv)
     pthread_t t[NTHREAD + 1];
     for (long i = 0; i < NTHREAD; i++)
         pthread_create(&t[i], NULL, worker, (void *)i);
-    pthread_create(&t[NTHREAD], NULL, shrinker, NULL);
+    if (!background)
+        pthread_create(&t[NTHREAD], NULL, shrinker, NULL);
     struct timespec ts = { (time_t)seconds,
                            (long)((seconds - (double)(time_t)seconds) * 1e9) };
     nanosleep(&ts, NULL);
     stop = 1;
-    for (int i = 0; i <= NTHREAD; i++)
+    for (int i = 0; i < NTHREAD + !background; i++)
         pthread_join(t[i], NULL);
 
     long n = check_rows(db, "final", 0, NROWS + 1);
