@@ -260,30 +260,33 @@ static void page_ctor(void *obj)
 /* The slabdefrag cache for this geometry (created once); NULL if none. */
 static struct sdp_size *size_get(int szpage, int szextra)
 {
-    struct sdp_size *found = NULL;
+    struct sdp_size *z = NULL;
+    int i;
     pthread_mutex_lock(&sizes_lock);
-    for (int i = 0; i < MAX_SIZES && !found; i++) {
-        struct sdp_size *z = &sizes[i];
-        if (z->cache && z->szpage == szpage && z->szextra == szextra)
-            found = z;
-        else if (!z->cache) {
-            char name[48];
-            size_t objsz = PAGE_HDR + (size_t)szpage + (((size_t)szextra + 7) & ~(size_t)7);
-            snprintf(name, sizeof(name), "sqlite-page-%d+%d", szpage, szextra);
-            z->cache = sd_cache_create(name, objsz, 16, SD_NO_MERGE,
-                                       page_ctor, &page_ops);
-            if (!z->cache) {
-                fprintf(stderr, "sdsqlite: sd_cache_create(%s): %s\n", name,
-                        strerror(errno));
-                break;
-            }
+    for (i = 0; i < MAX_SIZES; i++) {
+        z = &sizes[i];
+        if (!z->cache || (z->szpage == szpage && z->szextra == szextra))
+            break;
+    }
+    if (i == MAX_SIZES) {
+        fprintf(stderr, "sdsqlite: more than %d page geometries; %d+%d refused\n",
+                MAX_SIZES, szpage, szextra);
+        z = NULL;
+    } else if (!z->cache) {
+        char name[48];
+        size_t objsz = PAGE_HDR + (size_t)szpage + (((size_t)szextra + 7) & ~(size_t)7);
+        snprintf(name, sizeof(name), "sqlite-page-%d+%d", szpage, szextra);
+        z->cache = sd_cache_create(name, objsz, 16, SD_NO_MERGE, page_ctor, &page_ops);
+        if (z->cache) {
             z->szpage = szpage;
             z->szextra = szextra;
-            found = z;
+        } else {
+            fprintf(stderr, "sdsqlite: sd_cache_create(%s): %s\n", name, strerror(errno));
+            z = NULL;
         }
     }
     pthread_mutex_unlock(&sizes_lock);
-    return found;
+    return z;
 }
 
 /* ------------------------------------------------- the pcache2 methods */
@@ -500,6 +503,10 @@ SDP_API int sd_sqlite_pcache_install(void)
 {
     return sqlite3_config(SQLITE_CONFIG_PCACHE2, &sdp_methods);
 }
+
+/* (The copy below reads the counters as an array.) */
+_Static_assert(sizeof(struct sd_sqlite_pcache_stats) % sizeof(unsigned long) == 0,
+               "stats must be unsigned longs only");
 
 SDP_API void sd_sqlite_pcache_get_stats(struct sd_sqlite_pcache_stats *out)
 {
