@@ -95,6 +95,26 @@ def suite(bench, quick):
             {'*': plain_argv}, kind='demo',
             variants={'slabdefrag+coop': ('slabdefrag', [coop])} if os.path.exists(coop) else {},
             extra=[('rss_per_live', 'RSS/live', False)]))
+    # SQLite (contrib/sqlite): its own page cache under every allocator;
+    # rows slabdefrag+sdpcache = the slabdefrag page cache module, without
+    # and with a memory limit (issue 41).
+    contrib = os.path.join(os.path.dirname(bench), 'contrib', 'sqlite')
+    sb = [os.path.join(contrib, 'sqlitebench')] + \
+        (['-n', '30000', '-r', '20000', '--idle', '2'] if q else
+         ['-n', '150000', '-r', '200000', '--idle', '10'])
+    sdp = ['--module', os.path.join(contrib, 'libsdsqlite.so')]
+    W.append(Workload(
+        'sqlite', 'SQLite: 4 connections with 64 MiB caches fill %s rows of 40..600 B '
+        '(WAL), read them at random, then 3 close, 90%% of rows deleted, idle %s s; '
+        'live = bytes still cached (row slabdefrag+sdpcache: the page cache module '
+        'of contrib/sqlite; -limit: with SLABDEFRAG_RSS_LIMIT_MB=%s)'
+        % (('30k', '2', '16') if q else ('150k', '10', '64')),
+        sb,
+        variants={'slabdefrag+sdpcache': ('slabdefrag', sb + sdp),
+                  'slabdefrag+sdpcache-limit':
+                      ('slabdefrag', sb + sdp + ['--rss-limit-mb', '16' if q else '64'])},
+        extra=[('time_s', 'time s', False, True), ('fill_rows_per_s', 'fill rows/s', True, True),
+               ('read_per_s', 'reads/s', True, True), ('rss_per_live', 'RSS/live', False)]))
     # The standard allocator benchmarks (group percpu).  Speed workloads:
     # time is their own timed phase (time_s), with ratios to jemalloc.
     ncpu = os.cpu_count() or 1

@@ -1,0 +1,522 @@
+/*
+ * contrib/sqlite/sdpcache.c - sqlite3_pcache_methods2 on slabdefrag typed
+ * caches, with get()/kick() so that the shrinker can empty sparse slabs.
+ *
+ * Types and invariants:
+ *   struct sdp_size   one slabdefrag cache per (szPage, szExtra) pair,
+ *                     created on first use and kept until the process ends.
+ *   struct sdp_cache  one SQLite cache instance (xCreate): a hash of its
+ *                     pages by key, an LRU of its unpinned pages, a mutex.
+ *                     npage == pages in the hash; nlru == pages on the LRU
+ *                     == unpinned pages in the hash.
+ *   struct sdp_page   one slab object: this header, then the page buffer
+ *                     (szPage bytes), then SQLite's extra (szExtra bytes).
+ *                     owner != NULL  <=>  the page is in owner's hash.
+ *
+ * Pinning follows the pcache2 contract, not a count: xFetch pins, and one
+ * xUnpin unpins however many xFetch calls came before.
+ *
+ * Moves, and why this module drops instead.  SQLite keeps pointers into a
+ * page's own object inside its extra bytes (pcache.c's PgHdr points at the
+ * sqlite3_pcache_page, the buffer and the rest of the extra; btree's
+ * MemPage points into the buffer), and re-uses them on the next xFetch
+ * without re-deriving them unless the first 8 bytes of the extra are zero,
+ * which makes the pager re-read the page.  A copied page would therefore
+ * send SQLite into the freed original.  What the contract does allow is
+ * eviction: "the page cache implementation may choose to evict unpinned
+ * pages at any time", and SQLite unpins only clean pages (a dirty page
+ * stays pinned until it is written), so an unpinned page of a purgeable
+ * cache can always be dropped and is re-read from the file when needed.
+ * Non-purgeable caches (in-memory databases) never hold unpinned pages
+ * (sqlite3.h: xUnpin is called on them only to discard), so nothing of
+ * theirs is ever taken.
+ *
+ *   get():  slab lock held, so no allocator call and no waiting: for each
+ *           page, trylock its cache; an unpinned page of a purgeable cache
+ *           is taken out of the hash and the LRU (owner set to NULL); any
+ *           other page is set to NULL in objs.
+ *   kick(): no allocator lock: every taken page is freed.
+ *
+ * Lock order: sdp_cache.lock, then the allocator's locks (the normal path
+ * allocates and frees with its cache locked).  get() runs inside the
+ * allocator's slab lock and only ever trylocks a cache, so the reverse
+ * order never waits.  A page's cache outlives the page: xDestroy frees the
+ * pages (each free waits while its slab is in get()) before the cache, so
+ * get() may follow a page's owner pointer to the cache's mutex.
+ *
+ * Locks: sizes_lock guards the sizes table (never taken by get()).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <slabdefrag.h>
+
+#include "sdpcache.h"
+#include "sdpcache_internal.h"
+
+#define SDP_API __attribute__((visibility("default")))
+
+struct sdp_cache;
+
+struct sdp_page {
+    sqlite3_pcache_page base;        /* pBuf, pExtra: what SQLite sees */
+    struct sdp_cache *owner;         /* the cache whose hash holds it, or NULL */
+    struct sdp_page  *hnext;         /* hash chain */
+    struct sdp_page  *lru_prev, *lru_next;  /* on the LRU while unpinned */
+    unsigned          key;           /* page number */
+    int               pinned;        /* 1 between xFetch and xUnpin */
+};
+
+/* The buffer starts here, 16-byte aligned, in every page object. */
+#define PAGE_HDR 64
+_Static_assert(sizeof(struct sdp_page) <= PAGE_HDR, "page header too big");
+
+struct sdp_size {
+    int       szpage, szextra;       /* bytes, as SQLite asked */
+    sd_cache *cache;                 /* objects of PAGE_HDR + both */
+};
+
+struct sdp_cache {
+    pthread_mutex_t  lock;
+    struct sdp_size *size;
+    int              purgeable;      /* xCreate's bPurgeable */
+    unsigned         nmax;           /* xCachesize: pages wanted at most */
+    unsigned         n90;            /* 90% of nmax: the pinned limit for createFlag 1 */
+    unsigned         npage;          /* pages in the hash */
+    unsigned         nlru;           /* unpinned pages (on the LRU) */
+    unsigned         nbucket;        /* hash buckets, a power of two */
+    struct sdp_page **bucket;
+    struct sdp_page  lru;            /* sentinel: lru_next newest, lru_prev oldest */
+};
+
+#define MAX_SIZES 32
+static pthread_mutex_t sizes_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sdp_size sizes[MAX_SIZES];
+
+/* The counters of struct sd_sqlite_pcache_stats, updated atomically. */
+static struct sd_sqlite_pcache_stats stats;
+#define STAT_ADD(f, n) __atomic_fetch_add(&stats.f, (unsigned long)(n), __ATOMIC_RELAXED)
+#define STAT_SUB(f, n) __atomic_fetch_sub(&stats.f, (unsigned long)(n), __ATOMIC_RELAXED)
+
+/* ------------------------------------------------------ hash and LRU */
+
+static struct sdp_page **bucket_of(struct sdp_cache *c, unsigned key)
+{
+    return &c->bucket[(key * 2654435761u) & (c->nbucket - 1)];
+}
+
+static struct sdp_page *lookup_locked(struct sdp_cache *c, unsigned key)
+{
+    struct sdp_page *p = *bucket_of(c, key);
+    while (p && p->key != key)
+        p = p->hnext;
+    return p;
+}
+
+static void hash_insert_locked(struct sdp_cache *c, struct sdp_page *p)
+{
+    struct sdp_page **b = bucket_of(c, p->key);
+    p->hnext = *b;
+    *b = p;
+}
+
+static void hash_remove_locked(struct sdp_cache *c, struct sdp_page *p)
+{
+    struct sdp_page **pp = bucket_of(c, p->key);
+    while (*pp != p)
+        pp = &(*pp)->hnext;
+    *pp = p->hnext;
+}
+
+/* Double the buckets when pages outnumber them; on ENOMEM chains grow. */
+static void hash_grow_locked(struct sdp_cache *c)
+{
+    unsigned n = c->nbucket * 2;
+    struct sdp_page **nb = calloc(n, sizeof(*nb));
+    if (!nb)
+        return;
+    struct sdp_page **old = c->bucket;
+    unsigned oldn = c->nbucket;
+    c->bucket = nb;
+    c->nbucket = n;
+    for (unsigned i = 0; i < oldn; i++) {
+        struct sdp_page *p = old[i], *next;
+        for (; p; p = next) {
+            next = p->hnext;
+            hash_insert_locked(c, p);
+        }
+    }
+    free(old);
+}
+
+static void lru_push_locked(struct sdp_cache *c, struct sdp_page *p)
+{
+    p->lru_prev = &c->lru;
+    p->lru_next = c->lru.lru_next;
+    c->lru.lru_next->lru_prev = p;
+    c->lru.lru_next = p;
+    c->nlru++;
+}
+
+static void lru_remove_locked(struct sdp_cache *c, struct sdp_page *p)
+{
+    p->lru_prev->lru_next = p->lru_next;
+    p->lru_next->lru_prev = p->lru_prev;
+    p->lru_prev = p->lru_next = NULL;
+    c->nlru--;
+}
+
+/* Take p out of c entirely (hash, LRU, counts); the object stays allocated. */
+static void page_unlink_locked(struct sdp_cache *c, struct sdp_page *p)
+{
+    hash_remove_locked(c, p);
+    if (!p->pinned)
+        lru_remove_locked(c, p);
+    c->npage--;
+    STAT_SUB(pages, 1);
+}
+
+static void page_free_locked(struct sdp_cache *c, struct sdp_page *p)
+{
+    page_unlink_locked(c, p);
+    /* NULL owner is the constructed state get() skips. */
+    __atomic_store_n(&p->owner, NULL, __ATOMIC_RELEASE);
+    sd_cache_free(c->size->cache, p);
+}
+
+/* Drop the oldest unpinned pages until at most `limit` pages remain. */
+static void evict_locked(struct sdp_cache *c, unsigned limit)
+{
+    while (c->npage > limit && c->nlru)
+        page_free_locked(c, c->lru.lru_prev);
+}
+
+/* ----------------------------------------------------- get() and kick() */
+
+/* Called with the slab lock held; must not allocate, free or wait. */
+static void *page_get(sd_cache *s, int nr, void **objs)
+{
+    (void)s;
+    STAT_ADD(get_objects, nr);
+    for (int i = 0; i < nr; i++) {
+        struct sdp_page *p = objs[i];
+        struct sdp_cache *c = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
+        if (!c) {                       /* being built or being freed */
+            objs[i] = NULL;
+            continue;
+        }
+        if (!c->purgeable) {            /* an in-memory database's page */
+            STAT_ADD(get_kept, 1);
+            objs[i] = NULL;
+            continue;
+        }
+        if (pthread_mutex_trylock(&c->lock) != 0) {
+            STAT_ADD(get_busy, 1);
+            objs[i] = NULL;
+            continue;
+        }
+        if (p->owner != c || p->pinned) {
+            if (p->owner == c)
+                STAT_ADD(get_pinned, 1);
+            objs[i] = NULL;
+        } else {
+            page_unlink_locked(c, p);
+            __atomic_store_n(&p->owner, NULL, __ATOMIC_RELEASE);
+            STAT_ADD(get_taken, 1);
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    return NULL;
+}
+
+/* Called with no allocator lock held: free every page get() took. */
+static void page_kick(sd_cache *s, int nr, void **objs, void *private_data)
+{
+    (void)private_data;
+    for (int i = 0; i < nr; i++) {
+        if (!objs[i])
+            continue;
+        sd_cache_free(s, objs[i]);
+        STAT_ADD(kick_dropped, 1);
+    }
+}
+
+static const struct sd_cache_ops page_ops = {
+    .get = page_get,
+    .kick = page_kick,
+};
+
+/* The constructed state of a page object: no owner. */
+static void page_ctor(void *obj)
+{
+    memset(obj, 0, sizeof(struct sdp_page));
+}
+
+/* The slabdefrag cache for this geometry (created once); NULL if none. */
+static struct sdp_size *size_get(int szpage, int szextra)
+{
+    struct sdp_size *z = NULL;
+    int i;
+    pthread_mutex_lock(&sizes_lock);
+    for (i = 0; i < MAX_SIZES; i++) {
+        z = &sizes[i];
+        if (!z->cache || (z->szpage == szpage && z->szextra == szextra))
+            break;
+    }
+    if (i == MAX_SIZES) {
+        fprintf(stderr, "sdsqlite: more than %d page geometries; %d+%d refused\n",
+                MAX_SIZES, szpage, szextra);
+        z = NULL;
+    } else if (!z->cache) {
+        char name[48];
+        size_t objsz = PAGE_HDR + (size_t)szpage + (((size_t)szextra + 7) & ~(size_t)7);
+        snprintf(name, sizeof(name), "sqlite-page-%d+%d", szpage, szextra);
+        z->cache = sd_cache_create(name, objsz, 16, SD_NO_MERGE, page_ctor, &page_ops);
+        if (z->cache) {
+            z->szpage = szpage;
+            z->szextra = szextra;
+        } else {
+            fprintf(stderr, "sdsqlite: sd_cache_create(%s): %s\n", name, strerror(errno));
+            z = NULL;
+        }
+    }
+    pthread_mutex_unlock(&sizes_lock);
+    return z;
+}
+
+/* ------------------------------------------------- the pcache2 methods */
+
+static int sdp_init(void *arg)
+{
+    (void)arg;
+    return SQLITE_OK;
+}
+
+static void sdp_shutdown(void *arg)
+{
+    (void)arg;
+}
+
+static sqlite3_pcache *sdp_create(int szpage, int szextra, int purgeable)
+{
+    if (szpage <= 0 || szextra < 8 || szextra > 1024) {
+        fprintf(stderr, "sdsqlite: xCreate: bad page geometry %d+%d\n",
+                szpage, szextra);
+        return NULL;
+    }
+    struct sdp_size *z = size_get(szpage, szextra);
+    if (!z)
+        return NULL;
+    struct sdp_cache *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->nbucket = 64;
+    c->bucket = calloc(c->nbucket, sizeof(*c->bucket));
+    if (!c->bucket) {
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    c->size = z;
+    c->purgeable = purgeable != 0;
+    c->nmax = 100;
+    c->n90 = 90;
+    c->lru.lru_next = c->lru.lru_prev = &c->lru;
+    STAT_ADD(caches, 1);
+    return (sqlite3_pcache *)c;
+}
+
+static void sdp_cachesize(sqlite3_pcache *pc, int n)
+{
+    struct sdp_cache *c = (struct sdp_cache *)pc;
+    pthread_mutex_lock(&c->lock);
+    c->nmax = n > 0 ? (unsigned)n : 0;
+    c->n90 = (unsigned)((uint64_t)c->nmax * 9 / 10);
+    if (c->purgeable)
+        evict_locked(c, c->nmax);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static int sdp_pagecount(sqlite3_pcache *pc)
+{
+    struct sdp_cache *c = (struct sdp_cache *)pc;
+    pthread_mutex_lock(&c->lock);
+    int n = (int)c->npage;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+/* A page for `key` when the cache has none: the LRU's oldest page when a
+ * purgeable cache is full, else a new object; NULL if createFlag 1 finds
+ * too many pages pinned (SQLite then spills and asks with 2). */
+static struct sdp_page *page_new_locked(struct sdp_cache *c, unsigned key,
+                                        int create)
+{
+    struct sdp_page *p = NULL;
+    if (c->purgeable) {
+        if (create == 1 && c->npage - c->nlru >= c->n90)
+            return NULL;
+        if (c->npage >= c->nmax && c->nlru) {
+            p = c->lru.lru_prev;
+            page_unlink_locked(c, p);
+            STAT_ADD(pages_recycled, 1);
+        }
+    }
+    if (!p) {
+        p = sd_cache_alloc(c->size->cache);
+        if (!p)
+            return NULL;
+        p->base.pBuf = (char *)p + PAGE_HDR;
+        p->base.pExtra = (char *)p->base.pBuf + c->size->szpage;
+        STAT_ADD(pages_created, 1);
+    }
+    if (c->npage >= c->nbucket)
+        hash_grow_locked(c);
+    p->key = key;
+    p->pinned = 1;
+    p->lru_prev = p->lru_next = NULL;
+    /* pcache.c reads a page whose first 8 extra bytes are zero as new. */
+    memset(p->base.pExtra, 0, 8);
+    hash_insert_locked(c, p);
+    c->npage++;
+    STAT_ADD(pages, 1);
+    __atomic_store_n(&p->owner, c, __ATOMIC_RELEASE);
+    return p;
+}
+
+static sqlite3_pcache_page *sdp_fetch(sqlite3_pcache *pc, unsigned key,
+                                      int create)
+{
+    struct sdp_cache *c = (struct sdp_cache *)pc;
+    pthread_mutex_lock(&c->lock);
+    struct sdp_page *p = lookup_locked(c, key);
+    if (p) {
+        if (!p->pinned) {
+            lru_remove_locked(c, p);
+            p->pinned = 1;
+        }
+    } else if (create) {
+        p = page_new_locked(c, key, create);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return p ? &p->base : NULL;
+}
+
+static void sdp_unpin(sqlite3_pcache *pc, sqlite3_pcache_page *pg, int discard)
+{
+    struct sdp_cache *c = (struct sdp_cache *)pc;
+    struct sdp_page *p = (struct sdp_page *)pg;
+    pthread_mutex_lock(&c->lock);
+    if (discard) {
+        page_free_locked(c, p);
+    } else if (p->pinned) {
+        p->pinned = 0;
+        lru_push_locked(c, p);
+        if (c->purgeable)
+            evict_locked(c, c->nmax);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void sdp_rekey(sqlite3_pcache *pc, sqlite3_pcache_page *pg,
+                      unsigned oldkey, unsigned newkey)
+{
+    struct sdp_cache *c = (struct sdp_cache *)pc;
+    struct sdp_page *p = (struct sdp_page *)pg;
+    (void)oldkey;
+    pthread_mutex_lock(&c->lock);
+    struct sdp_page *other = lookup_locked(c, newkey);
+    if (other && other != p)
+        page_free_locked(c, other);
+    hash_remove_locked(c, p);
+    p->key = newkey;
+    hash_insert_locked(c, p);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Free every page whose key is at least `limit`. */
+static void truncate_locked(struct sdp_cache *c, unsigned limit)
+{
+    for (unsigned i = 0; i < c->nbucket; i++) {
+        struct sdp_page *p = c->bucket[i], *next;
+        for (; p; p = next) {
+            next = p->hnext;
+            if (p->key >= limit)
+                page_free_locked(c, p);
+        }
+    }
+}
+
+static void sdp_truncate(sqlite3_pcache *pc, unsigned limit)
+{
+    struct sdp_cache *c = (struct sdp_cache *)pc;
+    pthread_mutex_lock(&c->lock);
+    truncate_locked(c, limit);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void sdp_destroy(sqlite3_pcache *pc)
+{
+    struct sdp_cache *c = (struct sdp_cache *)pc;
+    pthread_mutex_lock(&c->lock);
+    truncate_locked(c, 0);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_destroy(&c->lock);
+    free(c->bucket);
+    free(c);
+    STAT_SUB(caches, 1);
+}
+
+static void sdp_shrink(sqlite3_pcache *pc)
+{
+    struct sdp_cache *c = (struct sdp_cache *)pc;
+    pthread_mutex_lock(&c->lock);
+    if (c->purgeable)
+        evict_locked(c, 0);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static const sqlite3_pcache_methods2 sdp_methods = {
+    .iVersion = 1,
+    .pArg = NULL,
+    .xInit = sdp_init,
+    .xShutdown = sdp_shutdown,
+    .xCreate = sdp_create,
+    .xCachesize = sdp_cachesize,
+    .xPagecount = sdp_pagecount,
+    .xFetch = sdp_fetch,
+    .xUnpin = sdp_unpin,
+    .xRekey = sdp_rekey,
+    .xTruncate = sdp_truncate,
+    .xDestroy = sdp_destroy,
+    .xShrink = sdp_shrink,
+};
+
+/* ------------------------------------------------------------- public */
+
+SDP_API int sd_sqlite_pcache_install(void)
+{
+    return sqlite3_config(SQLITE_CONFIG_PCACHE2, &sdp_methods);
+}
+
+/* (The copy below reads the counters as an array.) */
+_Static_assert(sizeof(struct sd_sqlite_pcache_stats) % sizeof(unsigned long) == 0,
+               "stats must be unsigned longs only");
+
+SDP_API void sd_sqlite_pcache_get_stats(struct sd_sqlite_pcache_stats *out)
+{
+    unsigned long *dst = (unsigned long *)out;
+    const unsigned long *src = (const unsigned long *)&stats;
+    for (size_t i = 0; i < sizeof(stats) / sizeof(unsigned long); i++)
+        dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+int sdp_methods_are_ours(const sqlite3_pcache_methods2 *m)
+{
+    return m->xInit == sdp_init;
+}
