@@ -164,6 +164,7 @@ SD_EXPORT int sd_cache_shrink(sd_cache *s)
         return -EINVAL;
     tcache_flush_self_bin(c->id);
     vacate_shrink_cache(c, 0, 0, 0);
+    cache_fold_returns(c);          /* every free object on its freelist */
     cache_settle_slots(1, 0);
     return 0;
 }
@@ -177,8 +178,10 @@ SD_EXPORT size_t sd_shrink_all(void)
     size_t bytes = large_trim();
     for (unsigned i = 0; i < SD_MAX_CACHES; i++) {
         struct sd_cache *c = __atomic_load_n(&sd_caches[i], __ATOMIC_ACQUIRE);
-        if (c)
+        if (c) {
             bytes += vacate_shrink_cache(c, 0, 0, 0);
+            cache_fold_returns(c);  /* every free object on its freelist */
+        }
     }
     bytes += mesh_pass(0, NULL, MESH_GROWING | MESH_FORCE);    /* SLABDEFRAG_MESH=1: unbounded */
     /* The shrink's own scratch (vacate_shrink_cache's lists) went through
