@@ -760,7 +760,10 @@ void cache_fold_returns(struct sd_cache *c)
     for (int k = 0; k < 2; k++)
         for (struct sd_list *l = lists[k]->next; l != lists[k]; l = l->next) {
             struct slab *s = list_entry(l, struct slab, link);
-            sd_spin_lock(&s->lock);
+            /* Tried: a vacate holds a slab's lock across get(), which may
+             * wait for a lock our caller holds. */
+            if (!sd_spin_trylock(&s->lock))
+                continue;
             slab_rmap_fold(s);
             sd_spin_unlock(&s->lock);
         }

@@ -174,7 +174,8 @@ size_t cache_release_empty(struct sd_cache *c, int all);
 /* Every free object of c's listed slabs onto its freelist: the return
  * maps folded in (core/slab.h), as malloc_trim and the explicit shrinks
  * (sd_cache_shrink, sd_shrink_all) leave a heap, so that validation and
- * the hardened free pointers see every free object. */
+ * the hardened free pointers see every free object; a slab whose lock is
+ * taken (a vacate's get()) keeps its map. */
 void cache_fold_returns(struct sd_cache *c);
 
 /* ---- classes/cacheusage.c ---- */
