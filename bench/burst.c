@@ -75,11 +75,11 @@ int main(int argc, char **argv)
     }
     bu_event("free_done");
     double t0 = bu_now();
-    long after = bu_status_kb("VmRSS");
+    long after = proc_status_kb("VmRSS");
     size_t k = 0;
     while (k < nsamples) {
         st[k] = bu_now() - t0;
-        sr[k++] = bu_status_kb("VmRSS");
+        sr[k++] = proc_status_kb("VmRSS");
         if (st[k - 1] >= hold)
             break;
         bu_sleep(0.05);

@@ -435,7 +435,7 @@ static int load(struct run *r)
         }
         r->alive[id] = 1;
     }
-    r->rss_full = bu_status_kb("VmRSS");
+    r->rss_full = proc_status_kb("VmRSS");
     return 0;
 }
 
@@ -465,7 +465,7 @@ static int expire(struct run *r, bu_sm *rng)
 /* 3. Defragment: sparse slabs are emptied by moving items (RSS around it). */
 static void defragment(struct run *r)
 {
-    r->rss_before = bu_status_kb("VmRSS");
+    r->rss_before = proc_status_kb("VmRSS");
 #ifndef USE_MALLOC
     if (!use_malloc) {
         totals(&r->tb);
@@ -482,7 +482,7 @@ static void defragment(struct run *r)
         totals(&r->ta);
     }
 #endif
-    r->rss_after = bu_status_kb("VmRSS");
+    r->rss_after = proc_status_kb("VmRSS");
 }
 
 /* 4. Verify every key: the live ones intact, the deleted ones gone. */
@@ -591,8 +591,8 @@ int main(int argc, char **argv)
         printf("shrink=none\n");
     free(r.perm);
     free(r.alive);
-    printf("final_rss_kb=%ld\n", bu_status_kb("VmRSS"));
-    printf("peak_rss_kb=%ld\n", bu_status_kb("VmHWM"));
+    printf("final_rss_kb=%ld\n", proc_status_kb("VmRSS"));
+    printf("peak_rss_kb=%ld\n", proc_status_kb("VmHWM"));
     printf("verify=%s\n", r.bad ? "FAILED" : "ok");
     fflush(stdout);
     return r.bad ? 1 : 0;

@@ -505,7 +505,7 @@ static int populate(struct run *r)
             return 1;
         }
     }
-    r->rss_full = bu_status_kb("VmRSS");
+    r->rss_full = proc_status_kb("VmRSS");
     return 0;
 }
 
@@ -550,7 +550,7 @@ static void prune_and_shrink(struct run *r)
     r->pruned = pc_prune((size_t)(r->n * r->prune_pct / 100));
     r->live = pc.nr_entries;
 
-    r->rss_before = bu_status_kb("VmRSS");
+    r->rss_before = proc_status_kb("VmRSS");
 #ifndef USE_MALLOC
     if (!use_malloc) {
         totals(&r->tb);
@@ -563,7 +563,7 @@ static void prune_and_shrink(struct run *r)
         totals(&r->ta);
     }
 #endif
-    r->rss_after = bu_status_kb("VmRSS");
+    r->rss_after = proc_status_kb("VmRSS");
 }
 
 /* The figures of the population, the prune and the shrink. */
@@ -657,8 +657,8 @@ int main(int argc, char **argv)
 #endif
         printf("shrink=none\n");
     release(&r);
-    printf("final_rss_kb=%ld\n", bu_status_kb("VmRSS"));
-    printf("peak_rss_kb=%ld\n", bu_status_kb("VmHWM"));
+    printf("final_rss_kb=%ld\n", proc_status_kb("VmRSS"));
+    printf("peak_rss_kb=%ld\n", proc_status_kb("VmHWM"));
     if (r.shrink_rc < 0) {
         fprintf(stderr, "pathcache: sd_cache_shrink: %s\n", strerror(-r.shrink_rc));
         r.bad++;
