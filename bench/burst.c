@@ -1,6 +1,6 @@
 /*
  * bench/burst.c - how fast memory comes back after a burst of frees
- * (issue 16: the shrinker's time to its steady state).
+ * (the shrinker's time to its steady state).
  *
  *   burst [-n BLOCKS] [-f FREE_PERCENT] [-H HOLD_SECONDS] [-s SEED]
  *

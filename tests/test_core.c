@@ -222,7 +222,7 @@ Test(unit, cache_find_malloc_classes)
     cr_assert_eq(in.object_size, 64);
 }
 
-/* ---- slab geometry and the pages of sparse slabs (issue 16) -------------- */
+/* ---- slab geometry and the pages of sparse slabs -------------------------- */
 
 static void class_geometry(const char *name, size_t slab, size_t objs)
 {
@@ -319,7 +319,7 @@ Test(unit, sparse_slab_free_pages_released_and_reused)
 /* A class whose slabs all empty and fill again, round after round (a
  * batch made by one thread and freed by another): after the first rounds
  * its empty slabs are kept for the next round instead of being released
- * and made again (issue 11: xthread made and released 25,000 slabs), and
+ * and made again, and
  * once the churn stops they still go back after the decay. */
 static size_t class_released(const char *name, size_t *slabs)
 {
@@ -447,7 +447,7 @@ Test(unit, cache_recreate_after_destroy)
     }
 }
 
-/* ---- large blocks: extents (issue 12) ----------------------------------- */
+/* ---- large blocks: extents ------------------------------------------------ */
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -737,7 +737,7 @@ Test(unit, large_thread_end_purges_its_arena)
                    st.dirty_bytes, st.cached_bytes);
 }
 
-/* ---- the validator checks owned slabs too (issue 14) ----------------------- */
+/* ---- the validator checks owned slabs too ---------------------------------- */
 
 #include <sys/wait.h>
 

@@ -338,7 +338,7 @@ Test(stress, cross_thread_frees, .timeout = 120)
     run_cross(150000 / SCALE, NULL, NULL, 0);
 }
 
-/* Large blocks (extents, issue 12) between threads: 33 KiB..3 MiB and a
+/* Large blocks (extents) between threads: 33 KiB..3 MiB and a
  * few of 12..20 MiB (either side of the 16 MiB extent bound: the biggest
  * extents and huge blocks), half sent to another thread to free, some
  * realloc'd (grown or shrunk, in place or not) by the thread that frees

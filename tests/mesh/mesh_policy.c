@@ -1,6 +1,6 @@
 /*
  * tests/mesh/mesh_policy.c - which classes the background shrinker meshes
- * (classes/mesh.c, "Which classes a pass meshes"; issue 16), under the
+ * (classes/mesh.c, "Which classes a pass meshes"), under the
  * shared library with SLABDEFRAG_MESH=1 and a short interval
  * (SLABDEFRAG_SHRINK_INTERVAL_MS=20): `mesh_policy --filter mesh/<case>`.
  * Figures come from the JSON statistics (sd_stats_print_json) only.
