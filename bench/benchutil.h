@@ -28,36 +28,14 @@
 #include <pthread.h>
 #include <unistd.h>
 
+/* proc_status_kb("VmRSS"): /proc/self/status, shared with the tests. */
+#include "../tests/procstatus.h"
+
 static inline double bu_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* A field of /proc/self/status in kB ("VmRSS", "VmHWM"); -1 if absent.
- * Reads into a stack buffer with read(): no allocation. */
-static inline long bu_status_kb(const char *field)
-{
-    char buf[8192];
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n, len = 0;
-    while (len < (ssize_t)sizeof(buf) - 1 &&
-           (n = read(fd, buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
-        len += n;
-    close(fd);
-    buf[len] = '\0';
-    size_t fl = strlen(field);
-    for (char *p = buf; p && *p; ) {
-        if (strncmp(p, field, fl) == 0 && p[fl] == ':')
-            return strtol(p + fl + 1, NULL, 10);
-        p = strchr(p, '\n');
-        if (p)
-            p++;
-    }
-    return -1;
 }
 
 static inline void bu_event(const char *name)
@@ -205,8 +183,8 @@ static inline const char *bu_opt(int argc, char **argv, int *i, const char *name
  * just before it exits.  scripts/compare takes final RSS from here. */
 static inline void bu_final(void)
 {
-    bu_kv_long("final_rss_kb", bu_status_kb("VmRSS"));
-    bu_kv_long("peak_rss_kb", bu_status_kb("VmHWM"));
+    bu_kv_long("final_rss_kb", proc_status_kb("VmRSS"));
+    bu_kv_long("peak_rss_kb", proc_status_kb("VmHWM"));
     bu_event("exit");
 }
 

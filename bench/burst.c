@@ -1,6 +1,6 @@
 /*
  * bench/burst.c - how fast memory comes back after a burst of frees
- * (issue 16: the shrinker's time to its steady state).
+ * (the shrinker's time to its steady state).
  *
  *   burst [-n BLOCKS] [-f FREE_PERCENT] [-H HOLD_SECONDS] [-s SEED]
  *
@@ -75,11 +75,11 @@ int main(int argc, char **argv)
     }
     bu_event("free_done");
     double t0 = bu_now();
-    long after = bu_status_kb("VmRSS");
+    long after = proc_status_kb("VmRSS");
     size_t k = 0;
     while (k < nsamples) {
         st[k] = bu_now() - t0;
-        sr[k++] = bu_status_kb("VmRSS");
+        sr[k++] = proc_status_kb("VmRSS");
         if (st[k - 1] >= hold)
             break;
         bu_sleep(0.05);

@@ -106,7 +106,7 @@ static void allocate(struct run *r, bu_rng *rng)
         r->n++;
         r->live += sz;
     }
-    r->rss_peak = bu_status_kb("VmRSS");
+    r->rss_peak = proc_status_kb("VmRSS");
 }
 
 /* Free a random free_pct% of the blocks (Fisher-Yates over the indices:
@@ -142,7 +142,7 @@ static void free_random(struct run *r, bu_rng *rng)
     munmap(r->ptr, r->cap * sizeof *r->ptr);
     munmap(r->len, r->cap * sizeof *r->len);
     munmap(order, n * sizeof *order);
-    r->rss_free = bu_status_kb("VmRSS");
+    r->rss_free = proc_status_kb("VmRSS");
 }
 
 /* Check that the survivors are intact (and keep them live). */
@@ -182,7 +182,7 @@ int main(int argc, char **argv)
     parse_args(argc, argv, &r);
     bu_rng rng;
     bu_seed(&rng, r.seed);
-    r.baseline = bu_status_kb("VmRSS");
+    r.baseline = proc_status_kb("VmRSS");
     bu_kv_long("baseline_rss_kb", r.baseline);
     bu_event("start");
     allocate(&r, &rng);
@@ -191,7 +191,7 @@ int main(int argc, char **argv)
     bu_event("free_done");
     bu_sleep(r.hold);
     check_survivors(&r);
-    r.final_rss = bu_status_kb("VmRSS");
+    r.final_rss = proc_status_kb("VmRSS");
     report(&r);
     bu_final();
     for (size_t i = 0; i < r.m; i++)

@@ -173,7 +173,7 @@ static void fill(struct run *r, bu_rng *rng)
         r->tab[b] = e;
         r->live += sizeof *e + kl + 1 + vl;
     }
-    r->rss_peak = bu_status_kb("VmRSS");
+    r->rss_peak = proc_status_kb("VmRSS");
 }
 
 /* Delete a random del_pct% of the keys (each key decided by the rng). */
@@ -198,7 +198,7 @@ static void delete_some(struct run *r, bu_rng *rng)
         free(e);
         r->deleted++;
     }
-    r->rss_before = bu_status_kb("VmRSS");
+    r->rss_before = proc_status_kb("VmRSS");
 }
 
 /* Move every record and value the allocator hints at (sd_defrag_hint ->
@@ -281,7 +281,7 @@ int main(int argc, char **argv)
     bu_event("delete_done");
     defragment(&r);
     bu_sleep(r.hold);
-    r.rss_after = bu_status_kb("VmRSS");
+    r.rss_after = proc_status_kb("VmRSS");
     report(&r);
     bu_final();
     return 0;

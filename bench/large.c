@@ -1,5 +1,5 @@
 /*
- * bench/large.c - blocks above 32 KiB (issue 12), any allocator, plain C.
+ * bench/large.c - blocks above 32 KiB, any allocator, plain C.
  *
  *   large touch [-n BLOCKS] [-m MIN] [-M MAX]
  *       allocate BLOCKS (default 100,000) blocks of MIN..MAX bytes

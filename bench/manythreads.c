@@ -143,7 +143,7 @@ int main(int argc, char **argv)
     struct thr *t = calloc((size_t)threads, sizeof *t);
     if (!t)
         bu_die("manythreads", "out of memory");
-    long baseline = bu_status_kb("VmRSS");
+    long baseline = proc_status_kb("VmRSS");
     bu_event("start");
     double t0 = bu_now();
     for (int i = 0; i < threads; i++) {
@@ -158,7 +158,7 @@ int main(int argc, char **argv)
     bu_event("parked");
     bu_sleep(hold);
 
-    long rss = bu_status_kb("VmRSS"), hwm = bu_status_kb("VmHWM");
+    long rss = proc_status_kb("VmRSS"), hwm = proc_status_kb("VmHWM");
     size_t live = 0;
     long blocks = 0;
     for (int i = 0; i < threads; i++) {

@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     }
     double sec = bu_now() - t1;
     bu_event("churn_done");
-    long rss = bu_status_kb("VmRSS");
+    long rss = proc_status_kb("VmRSS");
     for (long i = 0; i < live; i++) {
         bu_check("stchurn", p[i], n[i]);
         free(p[i]);

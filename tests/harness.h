@@ -10,10 +10,15 @@
  *     addresses that collide with TSan's shadow ("Could not initialize
  *     inheritable arena").  Each test runs in a forked child with its
  *     timeout.
- *   - mesh/mesh_test.c (HARNESS_IN_PROCESS): a test framework's own SIGSEGV
- *     handling would stand between the allocator's write barrier and the
- *     program, and a forked child meshes under another barrier than its
- *     parent (core/arena.h).  The selected test runs in this process.
+ *   - the programs of tests/mesh/ (mesh_test.c, mesh_syscall.c,
+ *     mesh_pattern.c, mesh_policy.c, mesh_robust.c, nss_fork.c;
+ *     HARNESS_IN_PROCESS): a test framework's own SIGSEGV handling would
+ *     stand between meshing's write barrier (a SIGSEGV handler, or
+ *     userfaultfd) and the program, and Criterion runs each test in a
+ *     child forked from its runner, whose fork goes through the
+ *     allocator's fork handling first.  The selected test runs in this
+ *     process, alone.
+ * Every other C test is Criterion's.
  *
  * Output is Criterion-style ([PASS] suite::name, [====] Synthesis); the
  * exit status is 0 if every selected test passed, 77 if one was skipped

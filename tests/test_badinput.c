@@ -182,7 +182,7 @@ Test(badinput, double_free_names_cache)       BAD(BLOCK,      64,          0, fr
 /* A freed large block is no longer a block start: invalid or double. */
 Test(badinput, double_free_large)             BAD(BLOCK,      1 << 20,     0, free_twice,  FREE_TWICE,
                                                   .or_report = FREE_BAD)
-/* Extents (issue 12): one stashed per CPU (up to 256 KiB), one that goes
+/* Extents: one stashed per CPU (up to 256 KiB), one that goes
  * to its arena; each double free is named as such. */
 Test(badinput, double_free_extent_stashed)    BAD(BLOCK,      100 << 10,   0, free_twice,  FREE_TWICE)
 Test(badinput, double_free_extent)            BAD(BLOCK,      2 << 20,     0, free_twice,  FREE_TWICE)

@@ -338,7 +338,7 @@ Test(stress, cross_thread_frees, .timeout = 120)
     run_cross(150000 / SCALE, NULL, NULL, 0);
 }
 
-/* Large blocks (extents, issue 12) between threads: 33 KiB..3 MiB and a
+/* Large blocks (extents) between threads: 33 KiB..3 MiB and a
  * few of 12..20 MiB (either side of the 16 MiB extent bound: the biggest
  * extents and huge blocks), half sent to another thread to free, some
  * realloc'd (grown or shrunk, in place or not) by the thread that frees
@@ -654,10 +654,10 @@ Test(stress, fork_while_threads_allocate, .timeout = 180)
         pid_t pid = fork();
         cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
         if (pid == 0) {
-            alarm(30);
+            alarm(90);
             _exit(child_work());
         }
-        int st = wait_timeout(pid, 10.0);
+        int st = wait_timeout(pid, 60.0);
         if (st == -1) {
             hung++;
             hung_at = f;
@@ -671,7 +671,7 @@ Test(stress, fork_while_threads_allocate, .timeout = 180)
     __atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < WORKERS; i++)
         pthread_join(tid[i], NULL);
-    cr_assert_eq(hung, 0, "forked child %d of %d hung (killed after 10 s)",
+    cr_assert_eq(hung, 0, "forked child %d of %d hung (killed after 60 s)",
                  hung_at, FORKS);
     cr_assert_eq(failed, 0, "%d of %d forked children failed; last: %s %d", failed, FORKS,
                  WIFEXITED(last_status) ? "exit" : "signal",
@@ -745,8 +745,8 @@ Test(stress, parent_still_works_after_forks, .timeout = 60)
         cr_assert_geq(pid, 0);
         if (pid == 0)
             _exit(child_work());
-        int st = wait_timeout(pid, 10.0);
-        cr_assert(st != -1, "forked child %d hung (killed after 10 s)", f);
+        int st = wait_timeout(pid, 60.0);
+        cr_assert(st != -1, "forked child %d hung (killed after 60 s)", f);
         cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked child %d: wait status %#x",
                   f, st);
     }
@@ -869,13 +869,13 @@ static void *forking_allocator(void *arg)
         if (pid < 0)
             return (void *)1;
         if (pid == 0) {
-            alarm(30);
+            alarm(90);
             for (unsigned k = 0; k < 64; k++)   /* the parent's blocks, here too */
                 if (keep[k])
                     free_block(keep[k]);
             _exit(child_work() || bad_cookies ? 1 : 0);
         }
-        int st = wait_timeout(pid, 10.0);
+        int st = wait_timeout(pid, 60.0);
         if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
             bad++;
     }

@@ -41,6 +41,7 @@
 #endif
 
 #include "../benchutil.h"
+#include "demo.h"
 
 #define IT_VALID 0x1u
 
@@ -314,41 +315,13 @@ static const struct sd_cache_ops item_ops = {
     .kick = item_kick,
 };
 
-struct cache_totals {
-    size_t slabs, partial, inuse;
-    unsigned long attempts, successes, kicked;
-    size_t released;
-};
-
-static void totals(struct cache_totals *t)
-{
-    memset(t, 0, sizeof(*t));
-    for (int c = 0; c < NCLASSES; c++) {
-        struct sd_cache_info info;
-        if (sd_cache_get_info(caches[c], &info) != 0)
-            continue;
-        t->slabs += info.slabs;
-        t->partial += info.partial_slabs;
-        t->inuse += info.objects_inuse;
-        t->attempts += info.vacate_attempts;
-        t->successes += info.vacate_successes;
-        t->kicked += info.objects_kicked;
-        t->released += info.bytes_released;
-    }
-}
 #endif
 
 /* ----------------------------------------------------------------- main */
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: kvstore [N] [--seed S] [--delete PCT]%s\n",
-#ifdef USE_MALLOC
-            ""
-#else
-            " [--malloc]"
-#endif
-    );
+    fprintf(stderr, "usage: kvstore [N] [--seed S] [--delete PCT]%s\n", DEMO_MALLOC_OPT);
     exit(2);
 }
 
@@ -364,7 +337,7 @@ struct run {
     int shrink_rc;
     int bad;                    /* verification failures */
 #ifndef USE_MALLOC
-    struct cache_totals tb, ta; /* the caches before and after the shrink */
+    struct demo_totals tb, ta;  /* the caches before and after the shrink */
 #endif
 };
 
@@ -435,7 +408,7 @@ static int load(struct run *r)
         }
         r->alive[id] = 1;
     }
-    r->rss_full = bu_status_kb("VmRSS");
+    r->rss_full = proc_status_kb("VmRSS");
     return 0;
 }
 
@@ -465,24 +438,12 @@ static int expire(struct run *r, bu_sm *rng)
 /* 3. Defragment: sparse slabs are emptied by moving items (RSS around it). */
 static void defragment(struct run *r)
 {
-    r->rss_before = bu_status_kb("VmRSS");
+    r->rss_before = proc_status_kb("VmRSS");
 #ifndef USE_MALLOC
-    if (!use_malloc) {
-        totals(&r->tb);
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (int c = 0; c < NCLASSES; c++) {
-            int rc = sd_cache_shrink(caches[c]);
-            if (rc < 0)
-                r->shrink_rc = rc;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        printf("shrink_ms=%.1f\n", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-                                    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-        totals(&r->ta);
-    }
+    if (!use_malloc)
+        r->shrink_rc = demo_shrink(caches, NCLASSES, &r->tb, &r->ta);
 #endif
-    r->rss_after = bu_status_kb("VmRSS");
+    r->rss_after = proc_status_kb("VmRSS");
 }
 
 /* 4. Verify every key: the live ones intact, the deleted ones gone. */
@@ -528,43 +489,12 @@ static void report(const struct run *r)
  * store's. */
 static void report_shrink(struct run *r)
 {
-    const struct cache_totals *tb = &r->tb;
-    struct cache_totals *ta = &r->ta;
-    printf("shrink_rc=%d\n", r->shrink_rc);
-    printf("slabs_before=%zu slabs_after=%zu\n", tb->slabs, ta->slabs);
-    printf("partial_before=%zu partial_after=%zu\n", tb->partial, ta->partial);
-    printf("objects_inuse_after=%zu\n", ta->inuse);
-    printf("vacate_attempts=%lu vacate_successes=%lu objects_kicked=%lu\n",
-           ta->attempts - tb->attempts, ta->successes - tb->successes,
-           ta->kicked - tb->kicked);
-    printf("bytes_released=%zu\n", ta->released - tb->released);
+    demo_print_shrink(r->shrink_rc, &r->tb, &r->ta);
     printf("get_calls=%lu get_objects=%lu get_nulled=%lu\n",
            kv.get_calls, kv.get_objects, kv.get_nulled);
     printf("kick_calls=%lu moved=%lu move_raced=%lu move_nomem=%lu\n",
            kv.kick_calls, kv.moved, kv.move_raced, kv.move_nomem);
-    /* A vacate running on another thread (the background shrinker)
-     * holds a moved copy or an unfreed victim for a moment, and its kick()
-     * changes our count: compare a count read under our lock with the
-     * allocator's read just after, until they agree at a quiet instant
-     * (the count read again later, unlocked, may have moved since). */
-    size_t want = 0;
-    for (int tries = 0; tries < 200; tries++) {
-        if (tries) {
-            struct timespec ts = { 0, 5 * 1000 * 1000 };
-            nanosleep(&ts, NULL);
-        }
-        pthread_mutex_lock(&kv.lock);
-        want = kv.nitems;
-        pthread_mutex_unlock(&kv.lock);
-        totals(ta);                 /* (never call the allocator with our lock held) */
-        if (ta->inuse == want)
-            break;
-    }
-    if (ta->inuse != want) {
-        fprintf(stderr, "kvstore: allocator counts %zu objects in use, "
-                "the store holds %zu\n", ta->inuse, want);
-        r->bad++;
-    }
+    r->bad += demo_inuse_differs("kvstore", caches, NCLASSES, &kv.lock, &kv.nitems, &r->ta);
     if (r->shrink_rc < 0) {
         fprintf(stderr, "kvstore: sd_cache_shrink: %s\n",
                 strerror(-r->shrink_rc));
@@ -591,9 +521,5 @@ int main(int argc, char **argv)
         printf("shrink=none\n");
     free(r.perm);
     free(r.alive);
-    printf("final_rss_kb=%ld\n", bu_status_kb("VmRSS"));
-    printf("peak_rss_kb=%ld\n", bu_status_kb("VmHWM"));
-    printf("verify=%s\n", r.bad ? "FAILED" : "ok");
-    fflush(stdout);
-    return r.bad ? 1 : 0;
+    return demo_finish(r.bad);
 }

@@ -49,6 +49,7 @@
 #endif
 
 #include "../benchutil.h"
+#include "demo.h"
 
 #define PE_VALID   0x1u     /* constructed and hashed; not being torn down */
 #define PE_ON_LRU  0x2u
@@ -330,27 +331,6 @@ static const struct sd_cache_ops pentry_ops = {
     .get = pentry_get,
     .kick = pentry_kick,
 };
-
-struct cache_totals {
-    size_t slabs, partial, inuse;
-    unsigned long attempts, successes, kicked;
-    size_t released;
-};
-
-static void totals(struct cache_totals *t)
-{
-    struct sd_cache_info info;
-    memset(t, 0, sizeof(*t));
-    if (sd_cache_get_info(pentry_cache, &info) == 0) {
-        t->slabs = info.slabs;
-        t->partial = info.partial_slabs;
-        t->inuse = info.objects_inuse;
-        t->attempts = info.vacate_attempts;
-        t->successes = info.vacate_successes;
-        t->kicked = info.objects_kicked;
-        t->released = info.bytes_released;
-    }
-}
 #endif /* !USE_MALLOC */
 
 /* --------------------------------------------------------- verification */
@@ -408,12 +388,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: pathcache [N] [--seed S] [--hold PCT] [--prune PCT]%s\n",
-#ifdef USE_MALLOC
-            ""
-#else
-            " [--malloc]"
-#endif
-    );
+            DEMO_MALLOC_OPT);
     exit(2);
 }
 
@@ -431,7 +406,7 @@ struct run {
     int shrink_rc;
     int bad;                    /* verification failures */
 #ifndef USE_MALLOC
-    struct cache_totals tb, ta; /* the cache before and after the shrink */
+    struct demo_totals tb, ta;  /* the cache before and after the shrink */
 #endif
 };
 
@@ -505,7 +480,7 @@ static int populate(struct run *r)
             return 1;
         }
     }
-    r->rss_full = bu_status_kb("VmRSS");
+    r->rss_full = proc_status_kb("VmRSS");
     return 0;
 }
 
@@ -550,20 +525,12 @@ static void prune_and_shrink(struct run *r)
     r->pruned = pc_prune((size_t)(r->n * r->prune_pct / 100));
     r->live = pc.nr_entries;
 
-    r->rss_before = bu_status_kb("VmRSS");
+    r->rss_before = proc_status_kb("VmRSS");
 #ifndef USE_MALLOC
-    if (!use_malloc) {
-        totals(&r->tb);
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        r->shrink_rc = sd_cache_shrink(pentry_cache);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        printf("shrink_ms=%.1f\n", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-                                    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-        totals(&r->ta);
-    }
+    if (!use_malloc)
+        r->shrink_rc = demo_shrink(&pentry_cache, 1, &r->tb, &r->ta);
 #endif
-    r->rss_after = bu_status_kb("VmRSS");
+    r->rss_after = proc_status_kb("VmRSS");
 }
 
 /* The figures of the population, the prune and the shrink. */
@@ -590,43 +557,13 @@ static void report(const struct run *r)
  * cache's. */
 static void report_shrink(struct run *r)
 {
-    const struct cache_totals *tb = &r->tb;
-    struct cache_totals *ta = &r->ta;
-    printf("shrink_rc=%d\n", r->shrink_rc);
-    printf("slabs_before=%zu slabs_after=%zu\n", tb->slabs, ta->slabs);
-    printf("partial_before=%zu partial_after=%zu\n", tb->partial, ta->partial);
-    printf("objects_inuse_after=%zu\n", ta->inuse);
-    printf("vacate_attempts=%lu vacate_successes=%lu objects_kicked=%lu\n",
-           ta->attempts - tb->attempts, ta->successes - tb->successes,
-           ta->kicked - tb->kicked);
-    printf("bytes_released=%zu\n", ta->released - tb->released);
+    demo_print_shrink(r->shrink_rc, &r->tb, &r->ta);
     printf("get_calls=%lu get_objects=%lu get_nulled=%lu get_aborts=%lu\n",
            pc.get_calls, pc.get_objects, pc.get_nulled, pc.get_aborts);
     printf("kick_calls=%lu kick_freed=%lu kick_put=%lu\n",
            pc.kick_calls, pc.kick_freed, pc.kick_put);
-    /* A vacate running on another thread (the background shrinker)
-     * holds a moved copy or an unfreed victim for a moment, and its kick()
-     * changes our count: compare a count read under our lock with the
-     * allocator's read just after, until they agree at a quiet instant
-     * (the count read again later, unlocked, may have moved since). */
-    size_t want = 0;
-    for (int tries = 0; tries < 200; tries++) {
-        if (tries) {
-            struct timespec ts = { 0, 5 * 1000 * 1000 };
-            nanosleep(&ts, NULL);
-        }
-        pthread_mutex_lock(&pc.lock);
-        want = pc.nr_entries;
-        pthread_mutex_unlock(&pc.lock);
-        totals(ta);                 /* (never call the allocator with our lock held) */
-        if (ta->inuse == want)
-            break;
-    }
-    if (ta->inuse != want) {
-        fprintf(stderr, "pathcache: allocator counts %zu objects in use, "
-                "the cache holds %zu\n", ta->inuse, want);
-        r->bad++;
-    }
+    r->bad += demo_inuse_differs("pathcache", &pentry_cache, 1, &pc.lock, &pc.nr_entries,
+                                 &r->ta);
 }
 #endif
 
@@ -657,13 +594,9 @@ int main(int argc, char **argv)
 #endif
         printf("shrink=none\n");
     release(&r);
-    printf("final_rss_kb=%ld\n", bu_status_kb("VmRSS"));
-    printf("peak_rss_kb=%ld\n", bu_status_kb("VmHWM"));
     if (r.shrink_rc < 0) {
         fprintf(stderr, "pathcache: sd_cache_shrink: %s\n", strerror(-r.shrink_rc));
         r.bad++;
     }
-    printf("verify=%s\n", r.bad ? "FAILED" : "ok");
-    fflush(stdout);
-    return r.bad ? 1 : 0;
+    return demo_finish(r.bad);
 }

@@ -14,28 +14,6 @@
 
 #include <criterion/criterion.h>
 
-long dt_status_kb(const char *field)
-{
-    char buf[8192];
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n, len = 0;
-    while (len < (ssize_t)sizeof(buf) - 1 &&
-           (n = read(fd, buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
-        len += n;
-    close(fd);
-    buf[len] = '\0';
-    size_t fl = strlen(field);
-    for (char *p = buf; p && *p; p = strchr(p, '\n')) {
-        if (*p == '\n')
-            p++;
-        if (strncmp(p, field, fl) == 0 && p[fl] == ':')
-            return strtol(p + fl + 1, NULL, 10);
-    }
-    return -1;
-}
-
 struct sd_cache_info dt_info(const sd_cache *s)
 {
     struct sd_cache_info info;

@@ -17,11 +17,12 @@
 
 #include <slabdefrag.h>
 
+#include "../procstatus.h"
+
 /* ------------------------------------------------------------- general */
 
 /* VmRSS (or another field) of /proc/self/status in kB, -1 if unknown. */
-long dt_status_kb(const char *field);
-static inline long dt_rss_kb(void) { return dt_status_kb("VmRSS"); }
+static inline long dt_rss_kb(void) { return proc_status_kb("VmRSS"); }
 
 /* sd_cache_get_info() that fails the test on error. */
 struct sd_cache_info dt_info(const sd_cache *s);

@@ -32,6 +32,8 @@
 
 #include <slabdefrag.h>
 
+#include "../procstatus.h"
+
 #define NOBJ 1000
 
 /* Exported (the project builds with -fvisibility=hidden) so that dladdr
@@ -95,18 +97,10 @@ static void serve(void)
     }
 }
 
-/* VmRSS in kB, with no allocator call (open/read, no stdio). */
+/* VmRSS in kB, with no allocator call (procstatus.h). */
 static long rss_kb(void)
 {
-    char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    buf[n > 0 ? n : 0] = 0;
-    char *p = strstr(buf, "VmRSS:");
-    return p ? strtol(p + 6, NULL, 10) : -1;
+    return proc_status_kb("VmRSS");
 }
 
 static void *parked(void *arg)

@@ -2,11 +2,11 @@
 # tests/lifetime/lifetime.sh - the allocator's thread never keeps a process
 # alive, never delays its end, never takes its signals.
 #
-#   tests/lifetime/lifetime.sh LIBSLABDEFRAG.so LIFETIME_PROG CASE CONFIG
+#   tests/lifetime/lifetime.sh LIBSLABDEFRAG.so LIFETIME_PROG CASE CONFIG...
 #
-# Runs `LIFETIME_PROG CASE` (see tests/lifetime/lifetime_prog.c) twice:
-# plainly (glibc's malloc: the reference), then with LD_PRELOAD=LIB and the
-# environment CONFIG names:
+# Runs `LIFETIME_PROG CASE` (see tests/lifetime/lifetime_prog.c) plainly
+# once (glibc's malloc: the reference), then, for each CONFIG, with
+# LD_PRELOAD=LIB and the environment the CONFIG names:
 #   none        SLABDEFRAG_BACKGROUND=0: no shrinker thread
 #   auto        no option (SLABDEFRAG_BACKGROUND=auto): a thread once the
 #               program starts its second, decay passes on the interval
@@ -22,15 +22,19 @@
 # end with the status the case expects, print the same stdout (which holds
 # the atexit handler's line: "atexit: parent", and "atexit: child" for a
 # fork), and the preloaded run must not print "slabdefrag:" on stderr.
-# Prints `ok CASE CONFIG` or `FAIL CASE CONFIG: why`; exits 1 on failure.
+# Prints `ok CASE CONFIG` or `FAIL CASE CONFIG: why` for each CONFIG (every
+# one runs, whatever the others did); exits 1 if any failed.
 #
 # Registered in tests/lifetime/meson.build (suite 'lifetime').
 set -uo pipefail
 
-lib=${1:?usage: lifetime.sh LIB PROG CASE CONFIG}
-prog=${2:?usage: lifetime.sh LIB PROG CASE CONFIG}
-case_=${3:?usage: lifetime.sh LIB PROG CASE CONFIG}
-config=${4:?usage: lifetime.sh LIB PROG CASE CONFIG}
+usage="usage: lifetime.sh LIB PROG CASE CONFIG..."
+lib=${1:?$usage}
+prog=${2:?$usage}
+case_=${3:?$usage}
+[ "$#" -ge 4 ] || { echo "$usage" >&2; exit 2; }
+shift 3
+configs=("$@")
 TIMEOUT=${LIFETIME_TIMEOUT:-30}
 
 unset LD_PRELOAD LIFETIME_CACHE 2>/dev/null || true
@@ -51,7 +55,9 @@ env_of() {
         *)          echo "lifetime.sh: unknown config $1" >&2; exit 2 ;;
     esac
 }
-cfg_env=$(env_of "$config") || exit 2
+for config in "${configs[@]}"; do
+    env_of "$config" >/dev/null || exit 2
+done
 
 # The status each case ends with, and the lines its stdout must hold.
 expect_status=0
@@ -67,6 +73,8 @@ esac
 work=$(mktemp -d /tmp/sd-lifetime.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
+failed=0
+# fail WHY...: report the current config's failure with the runs' output.
 fail() {
     echo "FAIL $case_ $config: $*"
     for f in plain preload; do
@@ -74,7 +82,8 @@ fail() {
             [ -s "$work/$f.$s" ] && { echo "--- $f $s:"; head -n 20 "$work/$f.$s"; }
         done
     done
-    exit 1
+    failed=1
+    return 1
 }
 
 # run NAME [ENV...]: the case, bounded; status in $work/NAME.status.
@@ -87,20 +96,36 @@ run() {
     echo "$((SECONDS - t0))" >"$work/$name.secs"
 }
 
-run plain LIFETIME_CACHE=0
-# shellcheck disable=SC2086 # cfg_env is a list of words
-run preload LD_PRELOAD="$lib" $cfg_env
+# check_preload: the checks of one preloaded run against the reference.
+check_preload() {
+    local ls l
+    ls=$(cat "$work/preload.status")
+    { [ "$ls" = 124 ] || [ "$ls" = 137 ]; } &&
+        { fail "did not end within ${TIMEOUT}s (the process was kept alive)"; return; }
+    [ "$ls" = "$expect_status" ] || { fail "status $ls, expected $expect_status"; return; }
+    for l in "${expect_lines[@]}"; do
+        grep -qxF "$l" "$work/preload.out" || { fail "stdout lacks the line '$l'"; return; }
+    done
+    cmp -s "$work/plain.out" "$work/preload.out" ||
+        { fail "stdout differs from the plain run: $(diff "$work/plain.out" "$work/preload.out" | tr '\n' ' ')"; return; }
+    grep -q '^slabdefrag:' "$work/preload.err" && { fail "the allocator printed a message"; return; }
+    echo "ok $case_ $config ($(cat "$work/preload.secs")s)"
+}
 
+# The reference, once: glibc's run does not depend on the config.
+config=plain
+run plain LIFETIME_CACHE=0
 ps=$(cat "$work/plain.status")
-ls=$(cat "$work/preload.status")
-[ "$ps" = 124 ] || [ "$ps" = 137 ] && fail "the plain run did not end within ${TIMEOUT}s"
-[ "$ls" = 124 ] || [ "$ls" = 137 ] && fail "did not end within ${TIMEOUT}s (the process was kept alive)"
-[ "$ps" = "$expect_status" ] || fail "plain run: status $ps, expected $expect_status"
-[ "$ls" = "$expect_status" ] || fail "status $ls, expected $expect_status"
-for l in "${expect_lines[@]}"; do
-    grep -qxF "$l" "$work/preload.out" || fail "stdout lacks the line '$l'"
+if [ "$ps" = 124 ] || [ "$ps" = 137 ]; then
+    fail "the plain run did not end within ${TIMEOUT}s"
+    exit 1
+fi
+[ "$ps" = "$expect_status" ] || { fail "plain run: status $ps, expected $expect_status"; exit 1; }
+
+for config in "${configs[@]}"; do
+    rm -f "$work"/preload.*
+    # shellcheck disable=SC2046 # env_of prints a list of words
+    run preload LD_PRELOAD="$lib" $(env_of "$config")
+    check_preload || true
 done
-cmp -s "$work/plain.out" "$work/preload.out" ||
-    fail "stdout differs from the plain run: $(diff "$work/plain.out" "$work/preload.out" | tr '\n' ' ')"
-grep -q '^slabdefrag:' "$work/preload.err" && fail "the allocator printed a message"
-echo "ok $case_ $config ($(cat "$work/preload.secs")s)"
+exit "$failed"

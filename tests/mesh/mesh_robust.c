@@ -285,7 +285,8 @@ static const unsigned char ret42[] = { 0xb8, 0x2a, 0x00, 0x00, 0x00, 0xc3 };  /*
 
 static size_t vmlck_kb(void)
 {
-    return status_kb("VmLck:");
+    long kb = proc_status_kb("VmLck");
+    return kb > 0 ? (size_t)kb : 0;
 }
 
 struct blocks { char *ro, *rx, *none, *lck, *dontfork, *wipe; size_t lck_kb; };

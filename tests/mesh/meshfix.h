@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "slabdefrag.h"
+#include "../procstatus.h"
 
 #define OBJ     1000              /* a block of malloc-1024 */
 #define NSLABS  256               /* (meshes expected: NSLABS / 4 at least) */
@@ -79,23 +80,10 @@ static inline void load_geometry(void)
            "of %zu\n", geo.stride, geo.slab, geo.window, geo.block);
 }
 
-/* A kB field of /proc/self/status ("VmRSS:", "VmLck:"...), 0 if absent. */
-static inline size_t status_kb(const char *field)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kb = 0, n = strlen(field);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, field, n))
-            kb = strtoul(line + n, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 static inline size_t rss_kb(void)
 {
-    return status_kb("VmRSS:");
+    long kb = proc_status_kb("VmRSS");
+    return kb > 0 ? (size_t)kb : 0;
 }
 
 /* Objects kept after the sparse free, and their fill value. */

@@ -1,6 +1,6 @@
 /*
  * tests/mesh/nss_fork.c - fork after glibc's NSS has been used, with
- * meshing on (the mesh-nss-fork test).
+ * meshing on (the tests mesh-auto-nss_fork and mesh-mprotect-nss_fork).
  *
  * glibc's fork() locks its NSS database state, which it allocated with
  * malloc, after the atfork prepare handlers and before the fork itself;
@@ -8,7 +8,10 @@
  * forking thread must get its write through (core/heapfile.c, fork_step) or
  * it waits forever for the fork it is making.  Another thread exists so
  * that glibc takes its multi-threaded fork path, and each child uses NSS
- * too.  Exits 0 on success; a hang is ended by alarm() (SIGALRM).
+ * too.  `nss_fork --filter mesh/nss_fork`, registered like the other mesh
+ * programs (tests/mesh/meson.build); in-process (tests/harness.h), as they
+ * are: the test forks, under meshing's write barrier.  A hang is ended by
+ * the harness's alarm (SIGALRM).
  */
 #include <netdb.h>
 #include <pthread.h>
@@ -17,6 +20,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#define HARNESS_IN_PROCESS 1
+#include "../harness.h"
 
 static void *idle(void *arg)
 {
@@ -35,27 +41,23 @@ static int resolve(void)
     return 0;
 }
 
-int main(void)
+Test(mesh, nss_fork, .timeout = 60)
 {
-    alarm(60);
     pthread_t t;
-    if (pthread_create(&t, NULL, idle, NULL) || resolve())
-        return 2;
+    cr_assert(pthread_create(&t, NULL, idle, NULL) == 0, "pthread_create");
+    cr_assert(resolve() == 0, "getaddrinfo(localhost) failed");
     for (int i = 0; i < 50; i++) {
         char *keep = malloc(64);            /* heap writes around each fork */
+        cr_assert(keep, "malloc");
         memset(keep, i, 64);
         pid_t pid = fork();
-        if (pid < 0)
-            return 3;
+        cr_assert(pid >= 0, "fork");
         if (pid == 0)
             _exit(resolve() || keep[63] != (char)i ? 4 : 0);
-        int st;
-        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
-            fprintf(stderr, "nss_fork: child %d failed (status %#x)\n", i, st);
-            return 5;
-        }
+        int st = 0;
+        cr_assert(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "child %d failed (status %#x)", i, st);
         free(keep);
     }
     puts("nss_fork: 50 forks after NSS use");
-    return 0;
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/prof/prof.sh - the heap profiler end to end (issue 15), under
+# tests/prof/prof.sh - the heap profiler end to end, under
 # LD_PRELOAD, through slabinfo and google-pprof:
 #   - two sites, one packed, one scattered: --pinned names the scattered
 #     one first, by function name, and its live-bytes estimate is within
