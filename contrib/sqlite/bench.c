@@ -231,7 +231,7 @@ int main(int argc, char **argv)
     double t0 = bu_now();
     fill(dbs);
     double t1 = bu_now();
-    bu_kv_long("rss_kb_filled", bu_status_kb("VmRSS"));
+    bu_kv_long("rss_kb_filled", proc_status_kb("VmRSS"));
 
     bu_event("read");
     for (int i = 0; i < nconn; i++) {
@@ -246,7 +246,7 @@ int main(int argc, char **argv)
         bad += rd[i].bad;
     }
     double t2 = bu_now();
-    bu_kv_long("rss_kb_read", bu_status_kb("VmRSS"));
+    bu_kv_long("rss_kb_read", proc_status_kb("VmRSS"));
 
     /* All but one connection go; 90% of the rows go. */
     bu_event("shrink");
@@ -258,7 +258,7 @@ int main(int argc, char **argv)
     reader_main(&last);
     bad += last.bad;
     double t3 = bu_now();
-    bu_kv_long("rss_kb_deleted", bu_status_kb("VmRSS"));
+    bu_kv_long("rss_kb_deleted", proc_status_kb("VmRSS"));
 
     bu_event("idle");
     bu_sleep(idle_s);
@@ -274,7 +274,7 @@ int main(int argc, char **argv)
     bu_kv_double("time_s", fill_s + read_s + del_s);
     bu_kv_long("cache_used_bytes", cur);
     bu_kv_long("live_bytes", cur);
-    long rss_idle = bu_status_kb("VmRSS");
+    long rss_idle = proc_status_kb("VmRSS");
     bu_kv_long("rss_kb_idle", rss_idle);
     if (cur > 0)
         bu_kv_double("rss_per_live", (double)rss_idle * 1024.0 / (double)cur);
