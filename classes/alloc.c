@@ -25,7 +25,8 @@ void report_double_free(const char *call, const void *p, const struct sd_cache *
 /* Make s the thread's active slab (s locked; unlocked on return). */
 static void activate_unlock(struct tbin *b, struct slab *s)
 {
-    slab_rmap_fold(s);                  /* the private list is all of them */
+    if (pcpu_on())                      /* only per-CPU drains fill return maps */
+        slab_rmap_fold(s);              /* the private list is all of them */
     slab_set_state(s, SLAB_ACTIVE);
     __atomic_store_n(&s->owner, sd_tc.token, __ATOMIC_RELAXED);
     b->slab = s;
@@ -422,7 +423,7 @@ static void free_slow_body(struct slab *s, void *p, const char *call)
             report_double_free(call, p, c);
         report_invalid(call, p);
     }
-    if (unlikely(p == s->freelist || slab_rmap_has(s, p)))
+    if (unlikely(p == s->freelist || (pcpu_on() && slab_rmap_has(s, p))))
         report_double_free(call, p, c);
     if (s->owner == sd_tc.token) {
         /* Our own active or ring slab (a caller that skipped the fast path). */
@@ -513,7 +514,7 @@ void cache_free_tagged(struct slab *s, void *p, const char *call)
     sd_spin_lock(&h->lock);
     st = h->state;
     owner = h->owner;
-    if (slab_state_live(st))
+    if (pcpu_on() && slab_state_live(st))
         slab_rmap_fold(h);
     /* Released or emptied by the drain: no object of it was live. */
     found = found || !slab_state_live(st) || list_has(h, h->freelist, hp);
