@@ -300,17 +300,7 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
         return p;
     }
     c->defrag_fill = NULL;
-    struct slab *e = NULL;
-    for (struct sd_list *l = c->empty.next; l != &c->empty; l = l->next) {
-        struct slab *x = list_entry(l, struct slab, link);
-        if (sd_spin_trylock(&x->lock)) {
-            list_del(&x->link);
-            cnt_add(&c->nr_empty, -1);
-            x->purged = 0;                  /* was empty_since */
-            e = x;
-            break;
-        }
-    }
+    struct slab *e = cache_empty_take_locked(c);
     sd_mutex_unlock(&c->list_lock);
     if (!e) {
         e = cache_slab_new(c);

@@ -737,20 +737,24 @@ struct slab *cache_partial_take(struct sd_cache *c)
             break;
         }
     }
-    if (!got) {
-        for (struct sd_list *l = c->empty.next; l != &c->empty; l = l->next) {
-            struct slab *s = list_entry(l, struct slab, link);
-            if (sd_spin_trylock(&s->lock)) {
-                list_del(&s->link);
-                cnt_add(&c->nr_empty, -1);
-                s->purged = 0;                  /* was empty_since */
-                got = s;
-                break;
-            }
-        }
-    }
+    if (!got)
+        got = cache_empty_take_locked(c);
     sd_mutex_unlock(&c->list_lock);
     return got;
+}
+
+struct slab *cache_empty_take_locked(struct sd_cache *c)
+{
+    for (struct sd_list *l = c->empty.next; l != &c->empty; l = l->next) {
+        struct slab *s = list_entry(l, struct slab, link);
+        if (sd_spin_trylock(&s->lock)) {
+            list_del(&s->link);
+            cnt_add(&c->nr_empty, -1);
+            s->purged = 0;                      /* was empty_since */
+            return s;
+        }
+    }
+    return NULL;
 }
 
 void cache_fold_returns(struct sd_cache *c)

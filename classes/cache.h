@@ -143,6 +143,9 @@ void cache_partial_del_locked(struct sd_cache *c, struct slab *s);
 /* Take a slab off partial (or the retained empties) with its lock held;
  * NULL if none could be locked. */
 struct slab *cache_partial_take(struct sd_cache *c);
+/* Take a retained empty slab off c->empty with its lock held (list lock
+ * held); NULL if none could be locked. */
+struct slab *cache_empty_take_locked(struct sd_cache *c);
 /* Called each time frees have made another MESH_NUDGE_SPARSE slabs of a
  * meshing class sparse, with the class's count of slabs made sparse so far
  * and of its slabs now: hooks/shrinker.c sets it to wake (or start) its
