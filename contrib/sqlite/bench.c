@@ -41,6 +41,7 @@
 #include <sqlite3.h>
 
 #include "../../bench/benchutil.h"
+#include "dbfiles.h"
 
 static const char *prog = "sqlitebench";
 static int nconn = 4;
@@ -282,13 +283,7 @@ int main(int argc, char **argv)
     sqlite3_close(dbs[0]);
     free(dbs);
     free(rd);
-    char path[300];
-    const char *sfx[] = { "", "-wal", "-shm" };
-    for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof(path), "%s%s", dbpath, sfx[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    sqlite_db_remove(dbpath, dir);
     if (bad) {
         fprintf(stderr, "%s: %llu wrong rows\n", prog, (unsigned long long)bad);
         return 1;

@@ -30,6 +30,7 @@
 
 #include <slabdefrag.h>
 
+#include "dbfiles.h"
 #include "sdpcache.h"
 #include "sqltest.h"
 
@@ -244,13 +245,7 @@ int main(int argc, char **argv)
                 s.get_taken, s.kick_dropped, s.pages);
         bad = 1;
     }
-    char path[300];
-    const char *sfx[] = { "", "-wal", "-shm" };
-    for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof(path), "%s%s", dbpath, sfx[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    sqlite_db_remove(dbpath, dir);
     printf("verify=%s\n", bad ? "FAILED" : "ok");
     return bad;
 }
