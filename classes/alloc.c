@@ -697,17 +697,32 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
          * a bit per object, the objects untouched.  One a thread owns
          * takes it on its freelist, as the other threads' frees. */
         uint64_t *map = state == SLAB_PARTIAL || state == SLAB_FULL ? slab_rmap(s) : NULL;
+        /* The run's map word and count stay in registers and are stored
+         * once a word (and once a run): a store and a load of the same
+         * word for each object would chain the objects through store
+         * forwarding. */
+        uint32_t w = UINT32_MAX, freed = 0;
+        uint64_t word = 0;
         do {                                /* the run of objects of s */
             if (map) {
                 uint32_t k = slab_index(s, p);
+                if (k >> 6 != w) {
+                    if (w != UINT32_MAX)
+                        map[w] = word;
+                    w = k >> 6;
+                    word = map[w];
+                }
                 uint64_t bit = 1ULL << (k & 63);
-                if (unlikely(map[k >> 6] & bit)) {
+                if (unlikely(word & bit)) {
+                    map[w] = word;
+                    __atomic_store_n(&s->inuse, s->inuse - freed, __ATOMIC_RELAXED);
                     sd_spin_unlock(&s->lock);
                     report_double_free(call, p, c);
                 }
-                map[k >> 6] |= bit;
+                word |= bit;
             } else {
                 if (unlikely(p == s->freelist)) {
+                    __atomic_store_n(&s->inuse, s->inuse - freed, __ATOMIC_RELAXED);
                     sd_spin_unlock(&s->lock);
                     report_double_free(call, p, c);
                 }
@@ -716,12 +731,15 @@ void cache_return_objects(void *const *objs, unsigned n, const char *call)
                 slab_set_next(s, p, s->freelist);
                 __atomic_store_n(&s->freelist, p, __ATOMIC_RELAXED);
             }
-            __atomic_store_n(&s->inuse, s->inuse - 1, __ATOMIC_RELAXED);
+            freed++;
             if (++i == n)
                 break;
             p = objs[i];
             return_prefetch(objs, &pf, i + RETURN_AHEAD + 1, n);
         } while (segment_slab_of(p) == s && slab_contains(s, p));
+        if (w != UINT32_MAX)
+            map[w] = word;
+        __atomic_store_n(&s->inuse, s->inuse - freed, __ATOMIC_RELAXED);
         int went_empty = state == SLAB_PARTIAL && !s->inuse;
         int release = cache_slab_freed_locked(c, s, before - s->inuse);
         sd_spin_unlock(&s->lock);
