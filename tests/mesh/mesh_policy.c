@@ -2,7 +2,7 @@
  * tests/mesh/mesh_policy.c - which classes the background shrinker meshes
  * (classes/mesh.c, "Which classes a pass meshes"), under the
  * shared library with SLABDEFRAG_MESH=1 and a short interval
- * (SLABDEFRAG_SHRINK_INTERVAL_MS=20): `mesh_policy --filter mesh/<case>`.
+ * (SLABDEFRAG_SHRINK_INTERVAL_MS=20): `mesh_policy <case>` (tests/subject.h).
  * Figures come from the JSON statistics (sd_stats_print_json) only.
  *
  *   backoff   a class whose meshes are undone (the sparse slabs meshed in
@@ -48,10 +48,8 @@
 
 #include "slabdefrag.h"
 
-#define HARNESS_IN_PROCESS 1
-#include "../harness.h"
+#include "../subject.h"
 
-#define CHECK(c, ...) cr_assert(c, __VA_ARGS__)
 #include "meshjson.h"
 
 #define OBJ     1000              /* a block of malloc-1024 */
@@ -75,7 +73,7 @@ static unsigned make_sparse(unsigned seed)
 {
     for (unsigned i = 0; i < NBLOCKS; i++) {
         blocks[i] = malloc(OBJ);
-        CHECK(blocks[i], "malloc");
+        check(blocks[i], "malloc");
         memset(blocks[i], (int)(i & 0xff), OBJ);
     }
     unsigned kept = 0;
@@ -95,7 +93,7 @@ static void free_all(void)
 {
     for (unsigned i = 0; i < NBLOCKS; i++) {
         if (blocks[i]) {
-            CHECK((unsigned char)blocks[i][OBJ - 1] == (i & 0xff), "block %u changed", i);
+            check((unsigned char)blocks[i][OBJ - 1] == (i & 0xff), "block %u changed", i);
             free(blocks[i]);
             blocks[i] = NULL;
         }
@@ -107,7 +105,7 @@ static unsigned long shrinker_passes(void)
 {
     char *json = stats_json();
     const char *o = json_object(json, "shrinker");
-    CHECK(o, "no shrinker object in the statistics");
+    check(o, "no shrinker object in the statistics");
     unsigned long n = json_num(o, "passes");
     free(json);
     return n;
@@ -128,7 +126,7 @@ static unsigned long wait_meshes(unsigned long want, unsigned long b0, unsigned 
     return m;
 }
 
-Test(mesh, backoff, .timeout = 120)
+Scenario(backoff, .timeout = 120)
 {
     /* Rounds of meshes undone.  A pass backs the class off when it judges
      * (at least 1 s after its last verdict) that more than half of the
@@ -139,7 +137,7 @@ Test(mesh, backoff, .timeout = 120)
     /* One block kept throughout, so that the class stays listed in the
      * statistics after the trims below (a class without slabs is not). */
     void *pin = malloc(OBJ);
-    CHECK(pin, "malloc");
+    check(pin, "malloc");
     unsigned long m0 = cache_counter(CLASS, "meshes");
     unsigned long b0 = cache_counter(CLASS, "mesh_backoffs"), backoffs = b0;
     for (int round = 0; round < 6 && backoffs == b0; round++) {
@@ -147,7 +145,7 @@ Test(mesh, backoff, .timeout = 120)
         unsigned long m = wait_meshes(m0 + 32, b0, &backoffs);
         if (backoffs != b0)
             break;                      /* judged on the last round's unmeshes */
-        CHECK(m >= m0 + 32, "round %d: only %lu meshes in the background", round, m - m0);
+        check(m >= m0 + 32, "round %d: only %lu meshes in the background", round, m - m0);
         free_all();                     /* every host empties ... */
         /* ... once the per-CPU stacks and transfer caches are drained, and
          * is unmeshed when it is released, which the empties' hysteresis
@@ -160,7 +158,7 @@ Test(mesh, backoff, .timeout = 120)
             sleep_ms(10);
         m0 = cache_counter(CLASS, "meshes");
     }
-    CHECK(backoffs > b0, "no back-off after rounds of meshes undone (meshes %lu, unmeshes %lu)",
+    check(backoffs > b0, "no back-off after rounds of meshes undone (meshes %lu, unmeshes %lu)",
           cache_counter(CLASS, "meshes"), cache_counter(CLASS, "unmeshes"));
     /* Backed off (1 s or more): fresh sparse slabs stay as they are
      * through the shrinker's next passes (5 of them, some 100 ms at the
@@ -174,11 +172,11 @@ Test(mesh, backoff, .timeout = 120)
         p = shrinker_passes();
     }
     unsigned long during = cache_counter(CLASS, "meshes");
-    CHECK(p >= p0 + 5, "only %lu shrinker passes in 30 s", p - p0);
-    CHECK(during == before, "%lu meshes in %lu passes while backed off", during - before, p - p0);
+    check(p >= p0 + 5, "only %lu shrinker passes in 30 s", p - p0);
+    check(during == before, "%lu meshes in %lu passes while backed off", during - before, p - p0);
     /* The program's own request is not backed off. */
     sd_shrink_all();
-    CHECK(cache_counter(CLASS, "meshes") > during, "sd_shrink_all meshed nothing");
+    check(cache_counter(CLASS, "meshes") > during, "sd_shrink_all meshed nothing");
     free_all();
     free(pin);
 }
@@ -202,12 +200,12 @@ static void *churn(void *arg)
     return NULL;
 }
 
-Test(mesh, busy, .timeout = 120)
+Scenario(busy, .timeout = 120)
 {
     make_sparse(11);                    /* sparse slabs it could mesh */
     unsigned long skipped = cache_counter(CLASS, "mesh_skipped_busy");
     pthread_t t;
-    CHECK(pthread_create(&t, NULL, churn, NULL) == 0, "pthread_create");
+    check(pthread_create(&t, NULL, churn, NULL) == 0, "pthread_create");
     /* The churn's frees hold meshing back for up to 5 s; then the busy
      * rule. */
     for (int i = 0; i < 1000 && cache_counter(CLASS, "mesh_skipped_busy") == skipped; i++)
@@ -215,7 +213,7 @@ Test(mesh, busy, .timeout = 120)
     unsigned long now = cache_counter(CLASS, "mesh_skipped_busy");
     __atomic_store_n(&stop_churn, 1, __ATOMIC_RELAXED);
     pthread_join(t, NULL);
-    CHECK(now > skipped, "the busy class was not skipped in 30 s (refills %lu)",
+    check(now > skipped, "the busy class was not skipped in 30 s (refills %lu)",
           cache_counter(CLASS, "alloc_refill"));
     free_all();
 }
@@ -225,11 +223,11 @@ Test(mesh, busy, .timeout = 120)
 #define HOLD_N 65536                    /* 64 MiB of malloc-1024 */
 static char *hold_blocks[HOLD_N];
 
-Test(mesh, hold, .timeout = 120)
+Scenario(hold, .timeout = 120)
 {
     for (unsigned i = 0; i < HOLD_N; i++) {
         hold_blocks[i] = malloc(OBJ);
-        CHECK(hold_blocks[i], "malloc");
+        check(hold_blocks[i], "malloc");
         hold_blocks[i][0] = (char)i;
     }
     unsigned order[HOLD_N];
@@ -263,11 +261,11 @@ Test(mesh, hold, .timeout = 120)
     }
     printf("hold: %lu meshes at 70%% of the frees, %lu at their end, %lu after them\n",
            m70, m100, m);
-    CHECK(m100 == m70, "%lu meshes while the frees went on", m100 - m70);
-    CHECK(m > m100, "no mesh within 30 s of the frees' end");
+    check(m100 == m70, "%lu meshes while the frees went on", m100 - m70);
+    check(m > m100, "no mesh within 30 s of the frees' end");
     for (unsigned i = 0; i < HOLD_N; i++)
         if (hold_blocks[i]) {
-            CHECK(hold_blocks[i][0] == (char)i, "block %u changed", i);
+            check(hold_blocks[i][0] == (char)i, "block %u changed", i);
             free(hold_blocks[i]);
         }
 }
@@ -281,11 +279,11 @@ static const char *stats_quiet(void)
 {
     static char buf[1 << 20];
     int fd = memfd_create("stats", 0);
-    CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
-    CHECK(sd_stats_print_json(fd) == 0, "sd_stats_print_json");
+    check(fd >= 0, "memfd_create: %s", strerror(errno));
+    check(sd_stats_print_json(fd) == 0, "sd_stats_print_json");
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
     close(fd);
-    CHECK(n > 0 && (size_t)n < sizeof buf - 1, "reading the statistics back");
+    check(n > 0 && (size_t)n < sizeof buf - 1, "reading the statistics back");
     buf[n] = 0;
     return buf;
 }
@@ -294,11 +292,11 @@ static const char *stats_quiet(void)
 static int shrinker_flag(const char *key)
 {
     const char *o = json_object(stats_quiet(), "shrinker");
-    CHECK(o, "no shrinker object in the statistics");
+    check(o, "no shrinker object in the statistics");
     char k[40];
     snprintf(k, sizeof k, "\"%s\":", key);
     const char *v = strstr(o, k);
-    CHECK(v, "no %s in the shrinker statistics", key);
+    check(v, "no %s in the shrinker statistics", key);
     return strncmp(v + strlen(k), "true", 4) == 0;
 }
 
@@ -310,34 +308,34 @@ static int shrinker_running(void)
 #define NSTREAMS 8192
 static FILE *streams[NSTREAMS];
 
-Test(mesh, lazy, .timeout = 60)
+Scenario(lazy, .timeout = 60)
 {
     /* fmemopen allocates each stream (a FILE, its cookie) in the C
      * library, and fclose frees them there, never as a tail call (a libc
      * function that ends by calling free has no frame left, and its
      * free's return address is the program's). */
     static char text[] = "lazy";
-    CHECK(!shrinker_running(), "the thread runs before the program freed anything");
-    CHECK(shrinker_flag("armed"), "the statistics do not say the thread is armed");
+    check(!shrinker_running(), "the thread runs before the program freed anything");
+    check(shrinker_flag("armed"), "the statistics do not say the thread is armed");
     for (unsigned i = 0; i < NSTREAMS; i++) {
         streams[i] = fmemopen(text, sizeof text - 1, "r");
-        CHECK(streams[i], "fmemopen: %s", strerror(errno));
+        check(streams[i], "fmemopen: %s", strerror(errno));
     }
-    CHECK(!shrinker_running(), "the thread runs before any free");
+    check(!shrinker_running(), "the thread runs before any free");
     unsigned seed = 5, closed = 0;
     for (unsigned i = 0; i < NSTREAMS; i++) {
         seed = seed * 1103515245u + 12345u;
         if ((seed >> 16) % 8) {         /* 7 in 8 */
-            CHECK(fclose(streams[i]) == 0, "fclose");
+            check(fclose(streams[i]) == 0, "fclose");
             streams[i] = NULL;
             closed++;
         }
     }
-    CHECK(!shrinker_running(), "frees made by the C library (fclose) started the thread");
+    check(!shrinker_running(), "frees made by the C library (fclose) started the thread");
     free(malloc(16));                   /* the program's own */
-    CHECK(shrinker_running(), "the program's free after %u fclose calls that left sparse "
+    check(shrinker_running(), "the program's free after %u fclose calls that left sparse "
           "slabs did not start the thread", closed);
-    CHECK(!shrinker_flag("armed"), "armed still, with the thread running");
+    check(!shrinker_flag("armed"), "armed still, with the thread running");
     unsigned long m = 0;
     for (int i = 0; i < 1500 && !m; i++) {
         char *json = stats_json();
@@ -346,7 +344,7 @@ Test(mesh, lazy, .timeout = 60)
         if (!m)
             sleep_ms(20);
     }
-    CHECK(m > 0, "no mesh in 30 s after the thread started");
+    check(m > 0, "no mesh in 30 s after the thread started");
     for (unsigned i = 0; i < NSTREAMS; i++)
         if (streams[i])
             fclose(streams[i]);
@@ -359,7 +357,7 @@ static void fill_and_free(unsigned seed)
 {
     for (unsigned i = 0; i < HOLD_N; i++) {
         hold_blocks[i] = malloc(OBJ);
-        CHECK(hold_blocks[i], "malloc");
+        check(hold_blocks[i], "malloc");
         hold_blocks[i][0] = (char)i;
     }
     for (unsigned k = 0; k < HOLD_N / 100 * 85; k++) {
@@ -403,13 +401,13 @@ static void free_survivors(void)
 {
     for (unsigned i = 0; i < HOLD_N; i++)
         if (hold_blocks[i]) {
-            CHECK(hold_blocks[i][0] == (char)i, "block %u changed", i);
+            check(hold_blocks[i][0] == (char)i, "block %u changed", i);
             free(hold_blocks[i]);
             hold_blocks[i] = NULL;
         }
 }
 
-Test(mesh, compute, .timeout = 120)
+Scenario(compute, .timeout = 120)
 {
     fill_and_free(7);
     unsigned long m0 = meshes_now();
@@ -422,8 +420,8 @@ Test(mesh, compute, .timeout = 120)
     printf("compute: %lu meshes while the program computed for 0.6 s (%.0f%% of a CPU), "
            "%lu once it slept\n", m1 - m0, share * 100, m - m1);
     if (share >= 0.6)                   /* less: too loaded a machine to tell */
-        CHECK(m1 == m0, "%lu meshes while the program computed", m1 - m0);
-    CHECK(m > m1, "no mesh within 30 s of the program's sleep");
+        check(m1 == m0, "%lu meshes while the program computed", m1 - m0);
+    check(m > m1, "no mesh within 30 s of the program's sleep");
     free_survivors();
 
     /* Computing on: meshed once the hold's second is over. */
@@ -433,7 +431,7 @@ Test(mesh, compute, .timeout = 120)
     m1 = meshes_now();
     printf("compute: %lu meshes while the program computed for 2.5 s (%.0f%% of a CPU)\n",
            m1 - m0, share * 100);
-    CHECK(m1 > m0, "no mesh while the program computed for 2.5 s");
+    check(m1 > m0, "no mesh while the program computed for 2.5 s");
     free_survivors();
 }
 
@@ -444,7 +442,7 @@ Test(mesh, compute, .timeout = 120)
  * per-CPU caches, the free pages of small classes' sparse slabs) goes
  * back about a decay after the last pass, in a decay pass - not at the
  * next interval (hooks/shrinker.c, decay_due). */
-Test(mesh, decay, .timeout = 60)
+Scenario(decay, .timeout = 60)
 {
     make_sparse(11);                    /* nudges: the thread, then a mesh pass */
     struct timespec t0, t;
@@ -465,8 +463,8 @@ Test(mesh, decay, .timeout = 60)
     unsigned long intervals = json_num(json_object(json, "shrinker"), "wake_interval");
     printf("decay: %lu meshes, a decay pass that gave memory back %.2f s after the frees; "
            "%lu interval passes\n", meshes, s, intervals);
-    CHECK(meshes > 0, "no mesh in 30 s");
-    CHECK(intervals == 0, "an interval pass came (the interval is a minute)");
-    CHECK(decays > 0, "no decay pass gave memory back within 30 s of the frees (idle since)");
+    check(meshes > 0, "no mesh in 30 s");
+    check(intervals == 0, "an interval pass came (the interval is a minute)");
+    check(decays > 0, "no decay pass gave memory back within 30 s of the frees (idle since)");
     free_all();
 }
