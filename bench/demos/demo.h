@@ -134,21 +134,33 @@ struct demo_run {
 #endif
 };
 
-/* Takes argv[*i] if it is an argument both demos have: N, --seed S or
- * --malloc.  1 taken, 0 not one of them, -1 a bad value. */
-static inline int demo_arg(int argc, char **argv, int *i, struct demo_run *d,
-                           int *use_malloc)
+/* The command line: N (default a million), --seed S (default 1) and
+ * --malloc here (a USE_MALLOC build is always --malloc), the demo's own
+ * options by own(argc, argv, &i, arg): 1 taken, 0 not one of its, -1 a
+ * bad value.  Calls usage() on a bad or unknown argument. */
+static inline void demo_parse(int argc, char **argv, struct demo_run *d, int *use_malloc,
+                              int (*own)(int, char **, int *, void *), void *arg,
+                              void (*usage)(void))
 {
-    const char *v;
-    if ((v = bu_opt(argc, argv, i, "--seed")))
-        return bu_parse_u64(v, &d->seed) ? -1 : 1;
-    if (strcmp(argv[*i], "--malloc") == 0) {
-        *use_malloc = 1;
-        return 1;
+    d->n = 1000000;
+    d->seed = 1;
+#ifdef USE_MALLOC
+    *use_malloc = 1;
+#endif
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int k;
+        if ((v = bu_opt(argc, argv, &i, "--seed")))
+            k = bu_parse_u64(v, &d->seed) ? -1 : 1;
+        else if (strcmp(argv[i], "--malloc") == 0)
+            k = *use_malloc = 1;
+        else if (argv[i][0] != '-')
+            k = bu_parse_u64(argv[i], &d->n) || d->n == 0 || d->n > UINT32_MAX ? -1 : 1;
+        else
+            k = own(argc, argv, &i, arg);
+        if (k <= 0)
+            usage();
     }
-    if (argv[*i][0] == '-')
-        return 0;
-    return bu_parse_u64(argv[*i], &d->n) || d->n == 0 || d->n > UINT32_MAX ? -1 : 1;
 }
 
 /* The bucket count and the permutation array; prints the mode line.

@@ -334,27 +334,20 @@ struct run {
     size_t live_bytes_all;      /* the live items at their class size */
 };
 
+/* --delete PCT (demo_parse's own options). */
+static int own_arg(int argc, char **argv, int *i, void *arg)
+{
+    struct run *r = arg;
+    const char *v = bu_opt(argc, argv, i, "--delete");
+    if (!v)
+        return 0;
+    return bu_parse_u64(v, &r->del_pct) || r->del_pct > 100 ? -1 : 1;
+}
+
 static void parse_args(int argc, char **argv, struct run *r)
 {
-    const char *v;
-    r->d.n = 1000000;
-    r->d.seed = 1;
     r->del_pct = 85;
-#ifdef USE_MALLOC
-    use_malloc = 1;
-#endif
-    for (int i = 1; i < argc; i++) {
-        int k = demo_arg(argc, argv, &i, &r->d, &use_malloc);
-        if (k < 0)
-            usage();
-        if (k > 0)
-            continue;
-        if ((v = bu_opt(argc, argv, &i, "--delete"))) {
-            if (bu_parse_u64(v, &r->del_pct) || r->del_pct > 100) usage();
-        } else {
-            usage();
-        }
-    }
+    demo_parse(argc, argv, &r->d, &use_malloc, own_arg, r, usage);
     seed = r->d.seed;
 }
 

@@ -403,32 +403,26 @@ struct run {
     size_t pruned, live;        /* entries pruned; left before the shrink */
 };
 
+/* --hold PCT and --prune PCT (demo_parse's own options). */
+static int own_arg(int argc, char **argv, int *i, void *arg)
+{
+    struct run *r = arg;
+    const char *v;
+    if ((v = bu_opt(argc, argv, i, "--hold"))) {
+        char *end;
+        r->hold_pct = strtod(v, &end);
+        return *end || end == v || !(r->hold_pct >= 0 && r->hold_pct <= 100) ? -1 : 1;
+    }
+    if ((v = bu_opt(argc, argv, i, "--prune")))
+        return bu_parse_u64(v, &r->prune_pct) || r->prune_pct > 100 ? -1 : 1;
+    return 0;
+}
+
 static void parse_args(int argc, char **argv, struct run *r)
 {
-    const char *v;
-    r->d.n = 1000000;
-    r->d.seed = 1;
     r->prune_pct = 90;
     r->hold_pct = 0.2;
-#ifdef USE_MALLOC
-    use_malloc = 1;
-#endif
-    for (int i = 1; i < argc; i++) {
-        int k = demo_arg(argc, argv, &i, &r->d, &use_malloc);
-        if (k < 0)
-            usage();
-        if (k > 0)
-            continue;
-        if ((v = bu_opt(argc, argv, &i, "--hold"))) {
-            char *end;
-            r->hold_pct = strtod(v, &end);
-            if (*end || end == v || !(r->hold_pct >= 0 && r->hold_pct <= 100)) usage();
-        } else if ((v = bu_opt(argc, argv, &i, "--prune"))) {
-            if (bu_parse_u64(v, &r->prune_pct) || r->prune_pct > 100) usage();
-        } else {
-            usage();
-        }
-    }
+    demo_parse(argc, argv, &r->d, &use_malloc, own_arg, r, usage);
 }
 
 /* The hash table, the LRU list, the permutation and the entry cache. */
