@@ -35,18 +35,7 @@
 /* The malloc contract (malloc_contract.c) runs against the libc names. */
 static size_t libc_usable_size(void *p) { return malloc_usable_size(p); }
 static int libc_malloc_trim(size_t pad) { return malloc_trim(pad); }
-const struct malloc_family family = {
-    .malloc = malloc,
-    .free = free,
-    .calloc = calloc,
-    .realloc = realloc,
-    .reallocarray = reallocarray,
-    .memalign = memalign,
-    .aligned_alloc = aligned_alloc,
-    .posix_memalign = posix_memalign,
-    .usable_size = libc_usable_size,
-    .trim = libc_malloc_trim,
-};
+MALLOC_FAMILY(, aligned_alloc, libc_usable_size, libc_malloc_trim);
 
 /* ---- page-aligned ----------------------------------------------------- */
 
