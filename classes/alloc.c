@@ -255,10 +255,7 @@ void *cache_alloc_direct(struct sd_cache *c, const struct slab *avoid, int fulle
             sd_spin_lock(&s->lock);
         }
         sd_mutex_lock(&c->list_lock);
-        slab_set_state(s, SLAB_PARTIAL);
-        list_add_head(&c->partial, &s->link);
-        cnt_add(&c->nr_partial, 1);
-        c->partial_gen++;
+        cache_partial_add_locked(c, s, 0);
         sd_mutex_unlock(&c->list_lock);
         sd_spin_unlock(&s->lock);
     }
@@ -309,10 +306,7 @@ void *cache_alloc_fill(struct sd_cache *c, const struct slab *avoid)
         sd_spin_lock(&e->lock);
     }
     sd_mutex_lock(&c->list_lock);
-    slab_set_state(e, SLAB_PARTIAL);
-    list_add_head(&c->partial, &e->link);
-    cnt_add(&c->nr_partial, 1);
-    c->partial_gen++;
+    cache_partial_add_locked(c, e, 0);
     c->defrag_fill = e;
     void *p = partial_pop_locked(c, e);
     sd_mutex_unlock(&c->list_lock);

@@ -404,7 +404,7 @@ size_t cache_slab_release(struct sd_cache *c, struct slab *s)
     return bytes;
 }
 
-static void partial_add_locked(struct sd_cache *c, struct slab *s, int tail)
+void cache_partial_add_locked(struct sd_cache *c, struct slab *s, int tail)
 {
     SD_ASSERT(sd_mutex_held(&c->list_lock));
     slab_set_state(s, SLAB_PARTIAL);
@@ -503,7 +503,7 @@ int cache_slab_settle_locked(struct sd_cache *c, struct slab *s, int tail)
     if (s->inuse == 0)
         release = empty_add_locked(c, s);
     else
-        partial_add_locked(c, s, tail);
+        cache_partial_add_locked(c, s, tail);
     sd_mutex_unlock(&c->list_lock);
     return release;
 }

@@ -138,6 +138,9 @@ size_t cache_slab_settle_unlock(struct sd_cache *c, struct slab *s, int tail);
  * went onto its freelist (classes/alloc.c, classes/debug.c).  Returns 1
  * if the caller must release it. */
 int cache_slab_freed_locked(struct sd_cache *c, struct slab *s, uint32_t freed);
+/* Make slab s PARTIAL and put it at the head of the partial list, or at
+ * its tail if `tail` (list lock held). */
+void cache_partial_add_locked(struct sd_cache *c, struct slab *s, int tail);
 /* Unlink a PARTIAL slab from the partial list (list lock held). */
 void cache_partial_del_locked(struct sd_cache *c, struct slab *s);
 /* Take a slab off partial (or the retained empties) with its lock held;

@@ -626,8 +626,10 @@ static int mesh_policy_skip(struct sd_cache *c, uint64_t now, int flags)
             c->mesh_backoff_ms = MESH_BACKOFF_MIN_MS;
         }
     }
-    if (now < c->mesh_backoff_until && !(flags & MESH_FORCE))
+    if (now < c->mesh_backoff_until && !(flags & MESH_FORCE)) {
+        cache_stat_add(c, SD_STAT_MESH_SKIPPED_BACKOFF, 1);
         return 1;
+    }
     if (!(flags & MESH_GROWING) && c->mesh_busy) {
         cache_stat_add(c, SD_STAT_MESH_SKIPPED_BUSY, 1);
         return 1;

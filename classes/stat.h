@@ -33,6 +33,7 @@
     X(SORTS_SKIPPED,    "sorts_skipped",    "shrink passes that found the partial list as last sorted") \
     X(MESH_SKIPPED_BUSY, "mesh_skipped_busy", "mesh passes that left the class alone: busy refilling") \
     X(MESH_BACKOFFS,    "mesh_backoffs",    "times meshing backed off the class: its meshes were undone") \
+    X(MESH_SKIPPED_BACKOFF, "mesh_skipped_backoff", "mesh passes that left the class alone: backed off") \
     X(MESH_PATTERNS,    "mesh_patterns",    "mesh batches whose slabs all left the same slots unused") \
     X(REFILL_OBJECTS,   "refill_objects",   "objects per-CPU refills brought (transfer cache or slabs)") \
     X(REFILL_XFER,      "refill_xfer",      "per-CPU refills the transfer cache served") \

@@ -47,6 +47,21 @@ static sd_spin open_lock = SD_SPIN_INIT;    /* one opening at a time */
 static __thread int opening;            /* this thread opens: its own calls
                                            (a temporary file's close) go on */
 
+/* Count this thread in *count once *flag is down: the counting side of
+ * the Dekker pairs above (uses against a move, program calls against an
+ * opening). */
+static void count_in_unless(unsigned *count, const int *flag)
+{
+    for (;;) {
+        __atomic_fetch_add(count, 1, __ATOMIC_SEQ_CST);
+        if (!__atomic_load_n(flag, __ATOMIC_SEQ_CST))
+            return;
+        __atomic_fetch_sub(count, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(flag, __ATOMIC_ACQUIRE))
+            sched_yield();
+    }
+}
+
 void fdguard_open_begin(void)
 {
     sd_spin_lock(&open_lock);
@@ -65,16 +80,8 @@ void fdguard_open_end(void)
 
 void fdguard_call_begin(void)
 {
-    if (opening)
-        return;
-    for (;;) {
-        __atomic_fetch_add(&inflight, 1, __ATOMIC_SEQ_CST);
-        if (!__atomic_load_n(&creating, __ATOMIC_SEQ_CST))
-            return;
-        __atomic_fetch_sub(&inflight, 1, __ATOMIC_SEQ_CST);
-        while (__atomic_load_n(&creating, __ATOMIC_ACQUIRE))
-            sched_yield();
-    }
+    if (!opening)
+        count_in_unless(&inflight, &creating);
 }
 
 void fdguard_call_end(void)
@@ -156,14 +163,7 @@ void fdguard_close(int *slot)
 int fdguard_get(int *slot)
 {
     if (depth++ == 0)
-        for (;;) {
-            __atomic_fetch_add(&users, 1, __ATOMIC_SEQ_CST);
-            if (!__atomic_load_n(&moving, __ATOMIC_SEQ_CST))
-                break;
-            __atomic_fetch_sub(&users, 1, __ATOMIC_SEQ_CST);
-            while (__atomic_load_n(&moving, __ATOMIC_ACQUIRE))
-                sched_yield();
-        }
+        count_in_unless(&users, &moving);
     return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 }
 

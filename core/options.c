@@ -17,27 +17,54 @@
 
 extern char **environ;
 
-struct sd_options sd_opt = {
-    .decay_ms = 1000,
-    .retain_empty = 1,
-    .min_partial = 2,
-    .shrink_interval_ms = 1000,
-    .pass_budget_ms = 5,
-    .psi = 1,
-    .mesh_page_slabs = 16,
-    .mesh_shuffle = 1,
-    .percpu = 1,
-    .percpu_kb = 2048,
-    .thread_kb = 1024,
-    .harden = 1,
-    .page_purge = 1,
-    .background = SD_BG_AUTO,
-    .prof_interval = 512 << 10,
-    .prof_prefix = "sdprof",
-};
-
 enum opt_type { OPT_UINT, OPT_BOOL, OPT_STATS, OPT_DEBUG, OPT_BARRIER, OPT_BACKGROUND,
                 OPT_PROF, OPT_PREFIX, OPT_ORDER };
+
+/* The options, one line each: SLABDEFRAG_<name>, its field of sd_opt, how
+ * its value is read, its default, and its range (OPT_UINT, OPT_ORDER; for
+ * OPT_PROF the interval's). */
+#define SD_OPTIONS(X)                                                          \
+    /* name             field               type            default min  max */ \
+    X(DECAY_MS,           decay_ms,           OPT_UINT,       1000,   0, 600000) \
+    X(RETAIN_EMPTY,       retain_empty,       OPT_UINT,       1,      0, 1024)   \
+    X(MIN_PARTIAL,        min_partial,        OPT_UINT,       2,      0, 1000)   \
+    X(SHRINK_INTERVAL_MS, shrink_interval_ms, OPT_UINT,       1000,  10, 3600000) \
+    X(PASS_BUDGET_MS,     pass_budget_ms,     OPT_UINT,       5,      1, 10000)  \
+    X(RSS_LIMIT_MB,       rss_limit_mb,       OPT_UINT,       0,      0, 1u << 30) \
+    /* 0|1|auto */                                                             \
+    X(BACKGROUND,         background,         OPT_BACKGROUND, SD_BG_AUTO, 0, 2)  \
+    X(PSI,                psi,                OPT_BOOL,       1,      0, 1)      \
+    X(STATS,              stats,              OPT_STATS,      SD_STATS_OFF, 0, 2) \
+    X(CONTROL,            control,            OPT_BOOL,       0,      0, 1)      \
+    /* a line on stderr per background pass that released memory */           \
+    X(PASS_EVENTS,        pass_events,        OPT_BOOL,       0,      0, 1)      \
+    /* per-CPU caches on rseq (classes/pcpu.c); 0 forces per-thread ones */   \
+    X(PERCPU,             percpu,             OPT_BOOL,       1,      0, 1)      \
+    X(HARDEN,             harden,             OPT_BOOL,       1,      0, 1)      \
+    X(PERCPU_KB,          percpu_kb,          OPT_UINT,       2048,  64, 65536)  \
+    X(THREAD_KB,          thread_kb,          OPT_UINT,       1024,  64, 65536)  \
+    /* free pages inside sparse slabs of big classes (classes/cache.c) */     \
+    X(PAGE_PURGE,         page_purge,         OPT_BOOL,       1,      0, 1)      \
+    X(DEBUG,              debug,              OPT_DEBUG,      0,      0, 0)      \
+    /* meshing (classes/mesh.c): off by default, a fork copies the heap */    \
+    X(MESH,               mesh,               OPT_BOOL,       0,      0, 1)      \
+    X(MESH_MAX_MAPS,      mesh_max_maps,      OPT_UINT,       0,      0, 1u << 30) \
+    X(MESH_PAGE_SLABS,    mesh_page_slabs,    OPT_UINT,       16,     0, 1u << 20) \
+    /* MESH_ORDER_* */                                                         \
+    X(MESH_SHUFFLE,       mesh_shuffle,       OPT_ORDER,      1,      0, 3)      \
+    /* auto|uffd|mprotect */                                                   \
+    X(MESH_BARRIER,       mesh_barrier,       OPT_BARRIER,    SD_BARRIER_AUTO, 0, 2) \
+    /* heap profiler (hooks/prof.c): 0/off, 1/on, or the mean interval in     \
+     * bytes (on); the profile at exit goes to <PROF_PREFIX>.<pid>.heap */    \
+    X(PROF,               prof,               OPT_PROF,       0,     64, 1u << 30)
+
+struct sd_options sd_opt = {
+#define X(name, field, type, def, min, max) .field = def,
+    SD_OPTIONS(X)
+#undef X
+    .prof_interval = 512 << 10,     /* SLABDEFRAG_PROF's default interval */
+    .prof_prefix = "sdprof",        /* SLABDEFRAG_PROF_PREFIX (below) */
+};
 
 /* SLABDEFRAG_MESH_SHUFFLE's words, by MESH_ORDER_* value (the numbers
  * work too). */
@@ -49,37 +76,11 @@ static const struct option {
     uint32_t     *value;
     uint32_t      min, max;
 } table[] = {
-    /* name                type        value                       min  max */
-    { "DECAY_MS",          OPT_UINT,  &sd_opt.decay_ms,           0, 600000 },
-    { "RETAIN_EMPTY",      OPT_UINT,  &sd_opt.retain_empty,       0, 1024 },
-    { "MIN_PARTIAL",       OPT_UINT,  &sd_opt.min_partial,        0, 1000 },
-    { "SHRINK_INTERVAL_MS",OPT_UINT,  &sd_opt.shrink_interval_ms, 10, 3600000 },
-    { "PASS_BUDGET_MS",    OPT_UINT,  &sd_opt.pass_budget_ms,     1, 10000 },
-    { "RSS_LIMIT_MB",      OPT_UINT,  &sd_opt.rss_limit_mb,       0, 1u << 30 },
-    { "BACKGROUND",        OPT_BACKGROUND, &sd_opt.background,    0, 2 }, /* 0|1|auto */
-    { "PSI",               OPT_BOOL,  &sd_opt.psi,                0, 1 },
-    { "STATS",             OPT_STATS, &sd_opt.stats,              0, 2 },
-    { "CONTROL",           OPT_BOOL,  &sd_opt.control,            0, 1 },
-    /* a line on stderr per background pass that released memory */
-    { "PASS_EVENTS",       OPT_BOOL,  &sd_opt.pass_events,        0, 1 },
-    /* per-CPU caches on rseq (classes/pcpu.c); 0 forces per-thread ones */
-    { "PERCPU",            OPT_BOOL,  &sd_opt.percpu,             0, 1 },
-    { "HARDEN",            OPT_BOOL,  &sd_opt.harden,             0, 1 },
-    { "PERCPU_KB",         OPT_UINT,  &sd_opt.percpu_kb,          64, 65536 },
-    { "THREAD_KB",         OPT_UINT,  &sd_opt.thread_kb,          64, 65536 },
-    /* free pages inside sparse slabs of big classes (classes/cache.c) */
-    { "PAGE_PURGE",        OPT_BOOL,  &sd_opt.page_purge,         0, 1 },
-    { "DEBUG",             OPT_DEBUG, &sd_opt.debug,              0, 0 },
-    /* meshing (classes/mesh.c): off by default, a fork copies the heap */
-    { "MESH",              OPT_BOOL,  &sd_opt.mesh,               0, 1 },
-    { "MESH_MAX_MAPS",     OPT_UINT,  &sd_opt.mesh_max_maps,      0, 1u << 30 },
-    { "MESH_PAGE_SLABS",   OPT_UINT,  &sd_opt.mesh_page_slabs,    0, 1u << 20 },
-    { "MESH_SHUFFLE",      OPT_ORDER, &sd_opt.mesh_shuffle,       0, 3 }, /* MESH_ORDER_* */
-    { "MESH_BARRIER",      OPT_BARRIER, &sd_opt.mesh_barrier,     0, 2 }, /* auto|uffd|mprotect */
-    /* heap profiler (hooks/prof.c): 0/off, 1/on, or the mean interval in
-     * bytes (on); the profile at exit goes to <PROF_PREFIX>.<pid>.heap */
-    { "PROF",              OPT_PROF,  &sd_opt.prof,               64, 1u << 30 },
-    { "PROF_PREFIX",       OPT_PREFIX, NULL,                      0, 0 },
+#define X(name, field, type, def, min, max) { #name, type, &sd_opt.field, min, max },
+    SD_OPTIONS(X)
+#undef X
+    /* a string: sd_opt.prof_prefix */
+    { "PROF_PREFIX", OPT_PREFIX, NULL, 0, 0 },
 };
 
 static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *out)

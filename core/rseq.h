@@ -187,16 +187,27 @@ dup:
     return 2;
 }
 
+/* The batch sequences (pcpu_pop_n, pcpu_push_n): their start, up to the
+ * header of cache id loaded, and their operands - h, cur, k, i, t scratch,
+ * vec the caller's array v of n objects. */
+#define RSEQ_BATCH_ENTER                                                    \
+    RSEQ_SECTIONS("%=")                                                     \
+    RSEQ_ENTER("%=", "rs")                                                  \
+    "leaq (%%rax,%[id],8), %[h]\n\t"                                        \
+    HDR_LOAD("h", "t", "cur")
+#define RSEQ_BATCH_OPERANDS(v)                                              \
+    : [h] "=&r"(h), [cur] "=&r"(cur), [k] "=&r"(k), [i] "=&r"(i), [t] "=&r"(t) \
+    : [rs] "r"(rs), [base] "r"(base), [id] "r"(id), [vec] "r"(v),         \
+      [n] "r"((uintptr_t)n)                                                 \
+    : "rax", "memory", "cc"
+
 /* Pop up to n (>= 1) objects of cache id into out[]; returns how many. */
 static inline unsigned pcpu_pop_n(char *base, struct rseq_area *rs, size_t id,
                                   void **out, unsigned n)
 {
     uintptr_t h, cur, k, i, t;
     __asm__ __volatile__(
-        RSEQ_SECTIONS("%=")
-        RSEQ_ENTER("%=", "rs")
-        "leaq (%%rax,%[id],8), %[h]\n\t"
-        HDR_LOAD("h", "t", "cur")
+        RSEQ_BATCH_ENTER
         "movzwl %w[t], %k[t]\n\t"          /* begin */
         "xorl %k[k], %k[k]\n\t"
         "cmpl %k[t], %k[cur]\n\t"
@@ -210,16 +221,13 @@ static inline unsigned pcpu_pop_n(char *base, struct rseq_area *rs, size_t id,
         ".Lsd_copy%=:\n\t"
         "leaq (%[cur],%[i]), %[t]\n\t"
         "movq 65536(%%rax,%[t],8), %[t]\n\t"
-        "movq %[t], (%[out],%[i],8)\n\t"
+        "movq %[t], (%[vec],%[i],8)\n\t"
         "addq $1, %[i]\n\t"
         "cmpq %[k], %[i]\n\t"
         "jb .Lsd_copy%=\n\t"
         "movw %w[cur], 4(%[h])\n"           /* commit */
         ".Lsd_commit%=:\n"
-        : [h] "=&r"(h), [cur] "=&r"(cur), [k] "=&r"(k), [i] "=&r"(i), [t] "=&r"(t)
-        : [rs] "r"(rs), [base] "r"(base), [id] "r"(id), [out] "r"(out),
-          [n] "r"((uintptr_t)n)
-        : "rax", "memory", "cc");
+        RSEQ_BATCH_OPERANDS(out));
     return (unsigned)k;
 }
 
@@ -230,10 +238,7 @@ static inline unsigned pcpu_push_n(char *base, struct rseq_area *rs, size_t id,
 {
     uintptr_t h, cur, k, i, t;
     __asm__ __volatile__(
-        RSEQ_SECTIONS("%=")
-        RSEQ_ENTER("%=", "rs")
-        "leaq (%%rax,%[id],8), %[h]\n\t"
-        HDR_LOAD("h", "t", "cur")
+        RSEQ_BATCH_ENTER
         "movl %k[t], %k[k]\n\t"
         "shrl $16, %k[k]\n\t"              /* end */
         "cmpl %k[k], %k[cur]\n\t"
@@ -243,7 +248,7 @@ static inline unsigned pcpu_push_n(char *base, struct rseq_area *rs, size_t id,
         "cmoval %k[n], %k[k]\n\t"
         "xorl %k[i], %k[i]\n"
         ".Lsd_copy%=:\n\t"
-        "movq (%[in],%[i],8), %[t]\n\t"
+        "movq (%[vec],%[i],8), %[t]\n\t"
         "addq %[cur], %[i]\n\t"
         "movq %[t], 65536(%%rax,%[i],8)\n\t"
         "subq %[cur], %[i]\n\t"
@@ -257,10 +262,7 @@ static inline unsigned pcpu_push_n(char *base, struct rseq_area *rs, size_t id,
         ".Lsd_none%=:\n\t"
         "xorl %k[k], %k[k]\n"
         ".Lsd_done%=:\n"
-        : [h] "=&r"(h), [cur] "=&r"(cur), [k] "=&r"(k), [i] "=&r"(i), [t] "=&r"(t)
-        : [rs] "r"(rs), [base] "r"(base), [id] "r"(id), [in] "r"(in),
-          [n] "r"((uintptr_t)n)
-        : "rax", "memory", "cc");
+        RSEQ_BATCH_OPERANDS(in));
     return (unsigned)k;
 }
 #else

@@ -37,6 +37,7 @@
 #include "mallocfam.h"
 #include "os.h"
 #include "pcpu.h"
+#include "shrinkpass.h"
 
 #define MESH_COMPUTE_HOLD_MS 1000
 
@@ -137,5 +138,8 @@ int compute_hold(struct compute_look *l, uint64_t now)
         return 0;
     if (!l->since)
         l->since = now;
-    return now - l->since < MESH_COMPUTE_HOLD_MS * 1000000ull;
+    if (now - l->since >= MESH_COMPUTE_HOLD_MS * 1000000ull)
+        return 0;
+    __atomic_fetch_add(&shrink_stats.compute_holds, 1, __ATOMIC_RELAXED);
+    return 1;
 }

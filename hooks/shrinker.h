@@ -48,6 +48,10 @@ struct shrinker_stats {
     uint64_t decay_passes;      /* decay passes that released memory */
     uint64_t mesh_catchups;     /* meshing's catch-up passes of an idle
                                    program (mesh only) */
+    uint64_t mesh_held;         /* interval passes that left meshing out:
+                                   the program's frees go on */
+    uint64_t compute_holds;     /* wakes that put meshing off: the program
+                                   computes without allocating */
     uint64_t wake_interval, wake_pressure, wake_explicit, wake_rss;
     uint64_t bytes_released;    /* by every pass, API ones included */
     uint64_t longest_pass_ns;   /* the longest background pass */

@@ -67,6 +67,8 @@ size_t shrink_pass(enum pass_kind kind, int held)
 {
     int urgent = kind == PASS_URGENT, mesh_all = urgent || kind == PASS_QUIET;
     int mesh = kind != PASS_INTERVAL || !held;
+    if (!mesh)
+        __atomic_fetch_add(&shrink_stats.mesh_held, 1, __ATOMIC_RELAXED);
     uint64_t t0 = os_now_ns(), budget = (uint64_t)sd_opt.pass_budget_ms * 1000000ull;
     uint64_t deadline = t0 + budget;
     size_t bytes = urgent ? large_trim() : large_purge_decayed();

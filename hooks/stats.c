@@ -298,7 +298,8 @@ static void json_totals(struct out *o, const struct totals *t)
     out_fmt(o, "\"shrinker\":{\"running\":%s,\"armed\":%s,\"passes\":%lu,\"wake_interval\":%lu,"
             "\"wake_pressure\":%lu,\"wake_explicit\":%lu,\"wake_rss\":%lu,"
             "\"bytes_released\":%lu,\"longest_pass_us\":%lu,\"longest_vacate_us\":%lu,"
-            "\"longest_pause_us\":%lu,\"decay_passes\":%lu,\"mesh_catchups\":%lu}",
+            "\"longest_pause_us\":%lu,\"decay_passes\":%lu,\"mesh_catchups\":%lu,"
+            "\"mesh_held\":%lu,\"compute_holds\":%lu}",
             st.running ? "true" : "false", st.armed ? "true" : "false",
             (unsigned long)st.passes,
             (unsigned long)st.wake_interval, (unsigned long)st.wake_pressure,
@@ -307,7 +308,8 @@ static void json_totals(struct out *o, const struct totals *t)
             (unsigned long)(st.longest_pass_ns / 1000),
             (unsigned long)(st.longest_vacate_ns / 1000),
             (unsigned long)(st.longest_pause_ns / 1000), (unsigned long)st.decay_passes,
-            (unsigned long)st.mesh_catchups);
+            (unsigned long)st.mesh_catchups, (unsigned long)st.mesh_held,
+            (unsigned long)st.compute_holds);
     struct pcpu_info pc;
     pcpu_get_info(&pc);
     out_fmt(o, ",\"cpu_caches\":{\"mode\":\"%s\",\"cpus\":%u,\"bound_bytes\":%zu,"

@@ -22,6 +22,17 @@
 
 void *volatile sink;
 
+/* The allocation `call` fails: NULL, errno ENOMEM (its result goes to
+ * sink, so that the compiler keeps the call). */
+#define assert_enomem(call)                                                    \
+    do {                                                                       \
+        errno = 0;                                                             \
+        void *r_ = (call);                                                     \
+        sink = r_;                                                             \
+        cr_assert_null(r_, "%s succeeded", #call);                             \
+        cr_assert_eq(errno, ENOMEM, "%s: errno %d", #call, errno);             \
+    } while (0)
+
 /* Sizes: every size up to 4 KiB, a sweep to 64 KiB, then large ones. */
 static size_t sweep_size(size_t i, int *done)
 {
@@ -275,11 +286,7 @@ Test(contract, calloc_overflow_enomem)
 
 Test(contract, calloc_huge_enomem)
 {
-    errno = 0;
-    void *p = family.calloc(1, SIZE_MAX / 2);
-    sink = p;
-    cr_assert_null(p);
-    cr_assert_eq(errno, ENOMEM);
+    assert_enomem(family.calloc(1, SIZE_MAX / 2));
 }
 
 Test(contract, reallocarray_overflow_enomem_keeps_block)
@@ -287,17 +294,9 @@ Test(contract, reallocarray_overflow_enomem_keeps_block)
     char *p = family.malloc(100);
     cr_assert_not_null(p);
     fill(p, 100, 7);
-    errno = 0;
-    void *q = family.reallocarray(p, SIZE_MAX / 4, 8);
-    sink = q;
-    cr_assert_null(q);
-    cr_assert_eq(errno, ENOMEM, "errno %d", errno);
+    assert_enomem(family.reallocarray(p, SIZE_MAX / 4, 8));
     cr_assert_eq(check(p, 100, 7), SIZE_MAX, "block changed by failed reallocarray");
-    errno = 0;
-    q = family.reallocarray(NULL, SIZE_MAX, SIZE_MAX);
-    sink = q;
-    cr_assert_null(q);
-    cr_assert_eq(errno, ENOMEM);
+    assert_enomem(family.reallocarray(NULL, SIZE_MAX, SIZE_MAX));
     family.free(p);
 }
 
@@ -377,11 +376,7 @@ Test(contract, posix_memalign_success_preserves_errno)
 
 Test(contract, aligned_alloc_huge_enomem)
 {
-    errno = 0;
-    void *p = family.aligned_alloc(64, SIZE_MAX / 2);
-    sink = p;
-    cr_assert_null(p);
-    cr_assert_eq(errno, ENOMEM);
+    assert_enomem(family.aligned_alloc(64, SIZE_MAX / 2));
 }
 
 /* ---- free ----------------------------------------------------------- */

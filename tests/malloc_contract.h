@@ -29,8 +29,24 @@ struct malloc_family {
     int (*trim)(size_t pad);
 };
 
-/* Defined by the program that runs the contract. */
+/* Defined by the program that runs the contract, with MALLOC_FAMILY. */
 extern const struct malloc_family family;
+
+/* `family`: the entry points PREFIX##malloc, PREFIX##free ... (PREFIX sdm_,
+ * or empty for the libc names), and the three given. */
+#define MALLOC_FAMILY(prefix, aligned_alloc_fn, usable_size_fn, trim_fn)       \
+    const struct malloc_family family = {                                      \
+        .malloc = prefix##malloc,                                              \
+        .free = prefix##free,                                                  \
+        .calloc = prefix##calloc,                                              \
+        .realloc = prefix##realloc,                                            \
+        .reallocarray = prefix##reallocarray,                                  \
+        .memalign = prefix##memalign,                                          \
+        .aligned_alloc = aligned_alloc_fn,                                     \
+        .posix_memalign = prefix##posix_memalign,                              \
+        .usable_size = usable_size_fn,                                         \
+        .trim = trim_fn,                                                       \
+    }
 
 /* Keep the compiler from reasoning about the allocator's results. */
 extern void *volatile sink;

@@ -28,18 +28,7 @@
  * points. */
 static size_t sdm_usable(void *p) { return sdm_usable_size(p); }
 static int sdm_trim_pad(size_t pad) { (void)pad; return sdm_trim(); }
-const struct malloc_family family = {
-    .malloc = sdm_malloc,
-    .free = sdm_free,
-    .calloc = sdm_calloc,
-    .realloc = sdm_realloc,
-    .reallocarray = sdm_reallocarray,
-    .memalign = sdm_memalign,
-    .aligned_alloc = sdm_memalign,
-    .posix_memalign = sdm_posix_memalign,
-    .usable_size = sdm_usable,
-    .trim = sdm_trim_pad,
-};
+MALLOC_FAMILY(sdm_, sdm_memalign, sdm_usable, sdm_trim_pad);
 
 /* ---- sd_cache_* ------------------------------------------------------------ */
 

@@ -35,18 +35,7 @@
 /* The malloc contract (malloc_contract.c) runs against the libc names. */
 static size_t libc_usable_size(void *p) { return malloc_usable_size(p); }
 static int libc_malloc_trim(size_t pad) { return malloc_trim(pad); }
-const struct malloc_family family = {
-    .malloc = malloc,
-    .free = free,
-    .calloc = calloc,
-    .realloc = realloc,
-    .reallocarray = reallocarray,
-    .memalign = memalign,
-    .aligned_alloc = aligned_alloc,
-    .posix_memalign = posix_memalign,
-    .usable_size = libc_usable_size,
-    .trim = libc_malloc_trim,
-};
+MALLOC_FAMILY(, aligned_alloc, libc_usable_size, libc_malloc_trim);
 
 /* ---- page-aligned ----------------------------------------------------- */
 
@@ -106,21 +95,39 @@ static size_t distinct(uintptr_t *v, size_t n)
     return d;
 }
 
+/* The frees under test, each called as release(p, size, align). */
+static cfree_fn cf;
+static free_sized_fn fs;
+static free_aligned_sized_fn fas;
+static void by_free(void *p, size_t size, size_t align) { free(p); }
+static void by_cfree(void *p, size_t size, size_t align) { cf(p); }
+static void by_free_sized(void *p, size_t size, size_t align) { fs(p, size); }
+static void by_free_aligned_sized(void *p, size_t size, size_t align) { fas(p, align, size); }
+
+/* The distinct addresses of `cycles` (at most CYCLES) cycles of malloc(size),
+ * or aligned_alloc(align, size) if align, each block freed by release. */
+static size_t cycle_addresses(size_t cycles, size_t size, size_t align,
+                              void (*release)(void *p, size_t size, size_t align))
+{
+    static uintptr_t seen[CYCLES];
+    for (size_t i = 0; i < cycles; i++) {
+        void *p = align ? aligned_alloc(align, size) : malloc(size);
+        cr_assert_not_null(p);
+        cr_assert(!align || aligned(p, align));
+        seen[i] = (uintptr_t)p;
+        release(p, size, align);
+    }
+    return distinct(seen, cycles);
+}
+
 Test(api, free_sized_frees)
 {
-    free_sized_fn fs = (free_sized_fn)dlsym(RTLD_DEFAULT, "free_sized");
+    fs = (free_sized_fn)dlsym(RTLD_DEFAULT, "free_sized");
     cr_assert_not_null(fs, "free_sized is not exported");
-    static uintptr_t seen[CYCLES];
     size_t sizes[] = { 24, 500, 9000, 200000 };
     for (size_t k = 0; k < 4; k++) {
         size_t cycles = sizes[k] > 100000 ? 2000 : CYCLES;
-        for (size_t i = 0; i < cycles; i++) {
-            void *p = malloc(sizes[k]);
-            cr_assert_not_null(p);
-            seen[i] = (uintptr_t)p;
-            fs(p, sizes[k]);
-        }
-        size_t d = distinct(seen, cycles);
+        size_t d = cycle_addresses(cycles, sizes[k], 0, by_free_sized);
         cr_assert_lt(d, cycles / 4, "free_sized(%zu) seems not to free: %zu distinct "
                      "addresses in %zu cycles", sizes[k], d, cycles);
     }
@@ -129,21 +136,12 @@ Test(api, free_sized_frees)
 
 Test(api, free_aligned_sized_frees)
 {
-    free_aligned_sized_fn fas =
-        (free_aligned_sized_fn)dlsym(RTLD_DEFAULT, "free_aligned_sized");
+    fas = (free_aligned_sized_fn)dlsym(RTLD_DEFAULT, "free_aligned_sized");
     cr_assert_not_null(fas, "free_aligned_sized is not exported");
-    static uintptr_t seen[CYCLES];
     size_t aligns[] = { 64, 4096, 65536 };
     for (size_t k = 0; k < 3; k++) {
         size_t cycles = aligns[k] > 4096 ? 2000 : CYCLES;
-        for (size_t i = 0; i < cycles; i++) {
-            void *p = aligned_alloc(aligns[k], 3 * aligns[k]);
-            cr_assert_not_null(p);
-            cr_assert(aligned(p, aligns[k]));
-            seen[i] = (uintptr_t)p;
-            fas(p, aligns[k], 3 * aligns[k]);
-        }
-        size_t d = distinct(seen, cycles);
+        size_t d = cycle_addresses(cycles, 3 * aligns[k], aligns[k], by_free_aligned_sized);
         cr_assert_lt(d, cycles / 4, "free_aligned_sized(align %zu) seems not to free: "
                      "%zu distinct addresses in %zu cycles", aligns[k], d, cycles);
     }
@@ -152,29 +150,15 @@ Test(api, free_aligned_sized_frees)
 
 Test(api, cfree_frees)
 {
-    cfree_fn cf = (cfree_fn)dlsym(RTLD_DEFAULT, "cfree");
+    cf = (cfree_fn)dlsym(RTLD_DEFAULT, "cfree");
     cr_assert_not_null(cf, "cfree is not exported");
-    static uintptr_t seen[CYCLES];
-    for (size_t i = 0; i < CYCLES; i++) {
-        void *p = malloc(300);
-        cr_assert_not_null(p);
-        seen[i] = (uintptr_t)p;
-        cf(p);
-    }
-    size_t d = distinct(seen, CYCLES);
+    size_t d = cycle_addresses(CYCLES, 300, 0, by_cfree);
     cr_assert_lt(d, CYCLES / 4, "cfree seems not to free: %zu distinct addresses", d);
 }
 
 Test(api, plain_free_reuses_memory)
 {
-    static uintptr_t seen[CYCLES];
-    for (size_t i = 0; i < CYCLES; i++) {
-        void *p = malloc(300);
-        cr_assert_not_null(p);
-        seen[i] = (uintptr_t)p;
-        free(p);
-    }
-    size_t d = distinct(seen, CYCLES);
+    size_t d = cycle_addresses(CYCLES, 300, 0, by_free);
     cr_assert_lt(d, CYCLES / 4, "free seems not to free: %zu distinct addresses", d);
 }
 

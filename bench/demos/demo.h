@@ -3,15 +3,18 @@
  * kvstore.c) share around their own workload: the caches' totals before
  * and after the shrink, the timed shrink, the shrink's counter lines, the
  * wait for an instant where the allocator's count of objects in use
- * agrees with the demo's own, and the closing lines.  Header only; the
- * includer includes <slabdefrag.h> (unless USE_MALLOC) and
- * ../benchutil.h first.
+ * agrees with the demo's own, and the closing lines; and their runs'
+ * common part (struct demo_run): the shared arguments, the set-up, the
+ * shrink with RSS around it, its report.  Header only; the includer
+ * includes <slabdefrag.h> (unless USE_MALLOC) and ../benchutil.h first.
  */
 #ifndef SD_DEMO_H
 #define SD_DEMO_H
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -113,6 +116,91 @@ static inline int demo_inuse_differs(const char *prog, sd_cache *const *caches, 
     return 1;
 }
 #endif
+
+/* What both demos' runs have: the object count, their hash table's size,
+ * a permutation of the ids, RSS and the shrink around their workload, and
+ * the verdict. */
+struct demo_run {
+    uint64_t n;                 /* objects (ids 0..n-1): the argument N */
+    uint64_t seed;              /* --seed */
+    size_t nb;                  /* hash buckets: n rounded up to a power of 2 */
+    uint32_t *perm;             /* a permutation of the ids */
+    long rss_full;              /* KiB, once every object is in */
+    long rss_before, rss_after; /* KiB, around the shrink */
+    int shrink_rc;              /* sd_cache_shrink's first error, or 0 */
+    int bad;                    /* verification failures */
+#ifndef USE_MALLOC
+    struct demo_totals tb, ta;  /* the caches before and after the shrink */
+#endif
+};
+
+/* The command line: N (default a million), --seed S (default 1) and
+ * --malloc here (a USE_MALLOC build is always --malloc), the demo's own
+ * options by own(argc, argv, &i, arg): 1 taken, 0 not one of its, -1 a
+ * bad value.  Calls usage() on a bad or unknown argument. */
+static inline void demo_parse(int argc, char **argv, struct demo_run *d, int *use_malloc,
+                              int (*own)(int, char **, int *, void *), void *arg,
+                              void (*usage)(void))
+{
+    d->n = 1000000;
+    d->seed = 1;
+#ifdef USE_MALLOC
+    *use_malloc = 1;
+#endif
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int k;
+        if ((v = bu_opt(argc, argv, &i, "--seed")))
+            k = bu_parse_u64(v, &d->seed) ? -1 : 1;
+        else if (strcmp(argv[i], "--malloc") == 0)
+            k = *use_malloc = 1;
+        else if (argv[i][0] != '-')
+            k = bu_parse_u64(argv[i], &d->n) || d->n == 0 || d->n > UINT32_MAX ? -1 : 1;
+        else
+            k = own(argc, argv, &i, arg);
+        if (k <= 0)
+            usage();
+    }
+}
+
+/* The bucket count and the permutation array; prints the mode line.
+ * Returns 1 (and says so) out of memory. */
+static inline int demo_setup(const char *prog, struct demo_run *d, int use_malloc)
+{
+    d->nb = 1;
+    while (d->nb < d->n)
+        d->nb <<= 1;
+    d->perm = malloc(d->n * sizeof(*d->perm));
+    if (!d->perm) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 1;
+    }
+    printf("mode=%s\n", use_malloc ? "malloc" : "slabdefrag");
+    return 0;
+}
+
+#ifndef USE_MALLOC
+/* The shrink of caches[0..n) (none with --malloc), with VmRSS before and
+ * after it. */
+static inline void demo_shrink_rss(struct demo_run *d, sd_cache *const *caches, int n,
+                                   int use_malloc)
+{
+    d->rss_before = proc_status_kb("VmRSS");
+    if (!use_malloc)
+        d->shrink_rc = demo_shrink(caches, n, &d->tb, &d->ta);
+    d->rss_after = proc_status_kb("VmRSS");
+}
+#else
+#define demo_shrink_rss(d, caches, n, use_malloc)                              \
+    ((d)->rss_before = proc_status_kb("VmRSS"), (d)->rss_after = proc_status_kb("VmRSS"))
+#endif
+
+/* The report's RSS lines around the shrink. */
+static inline void demo_print_rss(const struct demo_run *d)
+{
+    printf("rss_kb_before_shrink=%ld\n", d->rss_before);
+    printf("rss_kb_after_shrink=%ld\n", d->rss_after);
+}
 
 /* The closing lines (final and peak RSS, the verdict); the exit status. */
 static inline int demo_finish(int bad)

@@ -77,7 +77,7 @@ static struct {
 } kv = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static int use_malloc;
-static uint64_t seed = 1;
+static uint64_t seed;                   /* the run's (--seed) */
 #ifndef USE_MALLOC
 static sd_cache *caches[NCLASSES];
 #endif
@@ -327,55 +327,39 @@ static void usage(void)
 
 /* The options, and what each step measured (main prints them). */
 struct run {
-    uint64_t n, del_pct;
-    size_t nb;                  /* hash buckets */
-    uint32_t *perm;             /* a permutation of the ids */
+    struct demo_run d;          /* n, seed, nb, perm, RSS, the shrink */
+    uint64_t del_pct;
     unsigned char *alive;       /* per id: not deleted */
     size_t ndel;                /* keys deleted */
     size_t live_bytes_all;      /* the live items at their class size */
-    long rss_full, rss_before, rss_after;
-    int shrink_rc;
-    int bad;                    /* verification failures */
-#ifndef USE_MALLOC
-    struct demo_totals tb, ta;  /* the caches before and after the shrink */
-#endif
 };
+
+/* --delete PCT (demo_parse's own options). */
+static int own_arg(int argc, char **argv, int *i, void *arg)
+{
+    struct run *r = arg;
+    const char *v = bu_opt(argc, argv, i, "--delete");
+    if (!v)
+        return 0;
+    return bu_parse_u64(v, &r->del_pct) || r->del_pct > 100 ? -1 : 1;
+}
 
 static void parse_args(int argc, char **argv, struct run *r)
 {
-    const char *v;
-    r->n = 1000000;
     r->del_pct = 85;
-#ifdef USE_MALLOC
-    use_malloc = 1;
-#endif
-    for (int i = 1; i < argc; i++) {
-        if ((v = bu_opt(argc, argv, &i, "--seed"))) {
-            if (bu_parse_u64(v, &seed)) usage();
-        } else if ((v = bu_opt(argc, argv, &i, "--delete"))) {
-            if (bu_parse_u64(v, &r->del_pct) || r->del_pct > 100) usage();
-        } else if (strcmp(argv[i], "--malloc") == 0) {
-            use_malloc = 1;
-        } else if (argv[i][0] != '-') {
-            if (bu_parse_u64(argv[i], &r->n) || r->n == 0 || r->n > UINT32_MAX)
-                usage();
-        } else {
-            usage();
-        }
-    }
+    demo_parse(argc, argv, &r->d, &use_malloc, own_arg, r, usage);
+    seed = r->d.seed;
 }
 
 /* The hash table, the bookkeeping arrays and the item caches. */
 static int setup(struct run *r)
 {
-    r->nb = 1;
-    while (r->nb < r->n)
-        r->nb <<= 1;
-    kv.table = calloc(r->nb, sizeof(*kv.table));
-    kv.mask = r->nb - 1;
-    r->perm = malloc(r->n * sizeof(*r->perm));
-    r->alive = malloc(r->n);
-    if (!kv.table || !r->perm || !r->alive) {
+    if (demo_setup("kvstore", &r->d, use_malloc))
+        return 1;
+    kv.table = calloc(r->d.nb, sizeof(*kv.table));
+    kv.mask = r->d.nb - 1;
+    r->alive = malloc(r->d.n);
+    if (!kv.table || !r->alive) {
         fprintf(stderr, "kvstore: out of memory\n");
         return 1;
     }
@@ -392,8 +376,7 @@ static int setup(struct run *r)
         }
     }
 #endif
-    printf("mode=%s\n", use_malloc ? "malloc" : "slabdefrag");
-    printf("n=%llu seed=%llu delete_pct=%llu\n", (unsigned long long)r->n,
+    printf("n=%llu seed=%llu delete_pct=%llu\n", (unsigned long long)r->d.n,
            (unsigned long long)seed, (unsigned long long)r->del_pct);
     return 0;
 }
@@ -401,30 +384,30 @@ static int setup(struct run *r)
 /* 1. Load every key. */
 static int load(struct run *r)
 {
-    for (uint32_t id = 0; id < r->n; id++) {
+    for (uint32_t id = 0; id < r->d.n; id++) {
         if (kv_set(id)) {
             fprintf(stderr, "kvstore: set %u failed\n", id);
             return 1;
         }
         r->alive[id] = 1;
     }
-    r->rss_full = proc_status_kb("VmRSS");
+    r->d.rss_full = proc_status_kb("VmRSS");
     return 0;
 }
 
 /* 2. Expire a random subset; count the bytes of what stays. */
 static int expire(struct run *r, bu_sm *rng)
 {
-    r->ndel = (size_t)(r->n * r->del_pct / 100);
-    bu_permutation(r->perm, r->n, rng);
+    r->ndel = (size_t)(r->d.n * r->del_pct / 100);
+    bu_permutation(r->d.perm, r->d.n, rng);
     for (size_t i = 0; i < r->ndel; i++) {
-        if (kv_del(r->perm[i])) {
-            fprintf(stderr, "kvstore: delete %u: not found\n", r->perm[i]);
+        if (kv_del(r->d.perm[i])) {
+            fprintf(stderr, "kvstore: delete %u: not found\n", r->d.perm[i]);
             return 1;
         }
-        r->alive[r->perm[i]] = 0;
+        r->alive[r->d.perm[i]] = 0;
     }
-    for (uint32_t id = 0; id < r->n; id++) {
+    for (uint32_t id = 0; id < r->d.n; id++) {
         if (r->alive[id]) {
             char key[32];
             size_t klen = (size_t)key_of(id, key, sizeof(key));
@@ -438,33 +421,28 @@ static int expire(struct run *r, bu_sm *rng)
 /* 3. Defragment: sparse slabs are emptied by moving items (RSS around it). */
 static void defragment(struct run *r)
 {
-    r->rss_before = proc_status_kb("VmRSS");
-#ifndef USE_MALLOC
-    if (!use_malloc)
-        r->shrink_rc = demo_shrink(caches, NCLASSES, &r->tb, &r->ta);
-#endif
-    r->rss_after = proc_status_kb("VmRSS");
+    demo_shrink_rss(&r->d, caches, NCLASSES, use_malloc);
 }
 
 /* 4. Verify every key: the live ones intact, the deleted ones gone. */
 static void verify_keys(struct run *r)
 {
     size_t present = 0;
-    for (uint32_t id = 0; id < r->n; id++) {
+    for (uint32_t id = 0; id < r->d.n; id++) {
         int rc = kv_check(id);
         if (rc == 0)
             present++;
         if ((r->alive[id] && rc != 0) || (!r->alive[id] && rc != 1)) {
-            if (r->bad++ < 5)
+            if (r->d.bad++ < 5)
                 fprintf(stderr, "kvstore: key %u: %s\n", id,
                         rc < 0 ? "value corrupt" :
                         rc == 1 ? "lost" : "deleted key still present");
         }
     }
-    if (present != kv.nitems || present != r->n - r->ndel) {
+    if (present != kv.nitems || present != r->d.n - r->ndel) {
         fprintf(stderr, "kvstore: %zu keys present, store counts %zu, "
-                "expected %zu\n", present, kv.nitems, (size_t)(r->n - r->ndel));
-        r->bad++;
+                "expected %zu\n", present, kv.nitems, (size_t)(r->d.n - r->ndel));
+        r->d.bad++;
     }
 }
 
@@ -472,16 +450,15 @@ static void verify_keys(struct run *r)
 static void report(const struct run *r)
 {
     printf("inserted=%llu deleted=%zu live_items=%zu\n",
-           (unsigned long long)r->n, r->ndel, kv.nitems);
-    printf("rss_kb_full=%ld\n", r->rss_full);
+           (unsigned long long)r->d.n, r->ndel, kv.nitems);
+    printf("rss_kb_full=%ld\n", r->d.rss_full);
     /* Every byte the program holds: the items (at their class size), and
      * the hash table and the two bookkeeping arrays, which are live too. */
-    size_t table_bytes = r->nb * sizeof(*kv.table) + (size_t)r->n * sizeof(*r->perm) +
-                         (size_t)r->n;
+    size_t table_bytes = r->d.nb * sizeof(*kv.table) + (size_t)r->d.n * sizeof(*r->d.perm) +
+                         (size_t)r->d.n;
     printf("item_bytes=%zu table_bytes=%zu\n", r->live_bytes_all, table_bytes);
     printf("live_bytes=%zu\n", r->live_bytes_all + table_bytes);
-    printf("rss_kb_before_shrink=%ld\n", r->rss_before);
-    printf("rss_kb_after_shrink=%ld\n", r->rss_after);
+    demo_print_rss(&r->d);
 }
 
 #ifndef USE_MALLOC
@@ -489,16 +466,16 @@ static void report(const struct run *r)
  * store's. */
 static void report_shrink(struct run *r)
 {
-    demo_print_shrink(r->shrink_rc, &r->tb, &r->ta);
+    demo_print_shrink(r->d.shrink_rc, &r->d.tb, &r->d.ta);
     printf("get_calls=%lu get_objects=%lu get_nulled=%lu\n",
            kv.get_calls, kv.get_objects, kv.get_nulled);
     printf("kick_calls=%lu moved=%lu move_raced=%lu move_nomem=%lu\n",
            kv.kick_calls, kv.moved, kv.move_raced, kv.move_nomem);
-    r->bad += demo_inuse_differs("kvstore", caches, NCLASSES, &kv.lock, &kv.nitems, &r->ta);
-    if (r->shrink_rc < 0) {
+    r->d.bad += demo_inuse_differs("kvstore", caches, NCLASSES, &kv.lock, &kv.nitems, &r->d.ta);
+    if (r->d.shrink_rc < 0) {
         fprintf(stderr, "kvstore: sd_cache_shrink: %s\n",
-                strerror(-r->shrink_rc));
-        r->bad++;
+                strerror(-r->d.shrink_rc));
+        r->d.bad++;
     }
 }
 #endif
@@ -519,7 +496,7 @@ int main(int argc, char **argv)
     else
 #endif
         printf("shrink=none\n");
-    free(r.perm);
+    free(r.d.perm);
     free(r.alive);
-    return demo_finish(r.bad);
+    return demo_finish(r.d.bad);
 }

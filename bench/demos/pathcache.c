@@ -394,63 +394,46 @@ static void usage(void)
 
 /* The options, and what each step measured (main prints them). */
 struct run {
-    uint64_t n, seed, prune_pct;
+    struct demo_run d;          /* n, seed, nb, perm, RSS, the shrink */
+    uint64_t prune_pct;
     double hold_pct;
-    size_t nb;                  /* hash buckets */
-    uint32_t *perm;             /* a permutation of the ids */
     size_t nheld;               /* entries users hold */
     uint32_t *held_ids;
     struct pentry **held;
     size_t pruned, live;        /* entries pruned; left before the shrink */
-    long rss_full, rss_before, rss_after;
-    int shrink_rc;
-    int bad;                    /* verification failures */
-#ifndef USE_MALLOC
-    struct demo_totals tb, ta;  /* the cache before and after the shrink */
-#endif
 };
+
+/* --hold PCT and --prune PCT (demo_parse's own options). */
+static int own_arg(int argc, char **argv, int *i, void *arg)
+{
+    struct run *r = arg;
+    const char *v;
+    if ((v = bu_opt(argc, argv, i, "--hold"))) {
+        char *end;
+        r->hold_pct = strtod(v, &end);
+        return *end || end == v || !(r->hold_pct >= 0 && r->hold_pct <= 100) ? -1 : 1;
+    }
+    if ((v = bu_opt(argc, argv, i, "--prune")))
+        return bu_parse_u64(v, &r->prune_pct) || r->prune_pct > 100 ? -1 : 1;
+    return 0;
+}
 
 static void parse_args(int argc, char **argv, struct run *r)
 {
-    const char *v;
-    r->n = 1000000;
-    r->seed = 1;
     r->prune_pct = 90;
     r->hold_pct = 0.2;
-#ifdef USE_MALLOC
-    use_malloc = 1;
-#endif
-    for (int i = 1; i < argc; i++) {
-        if ((v = bu_opt(argc, argv, &i, "--seed"))) {
-            if (bu_parse_u64(v, &r->seed)) usage();
-        } else if ((v = bu_opt(argc, argv, &i, "--hold"))) {
-            char *end;
-            r->hold_pct = strtod(v, &end);
-            if (*end || end == v || !(r->hold_pct >= 0 && r->hold_pct <= 100)) usage();
-        } else if ((v = bu_opt(argc, argv, &i, "--prune"))) {
-            if (bu_parse_u64(v, &r->prune_pct) || r->prune_pct > 100) usage();
-        } else if (strcmp(argv[i], "--malloc") == 0) {
-            use_malloc = 1;
-        } else if (argv[i][0] != '-') {
-            if (bu_parse_u64(argv[i], &r->n) || r->n == 0 || r->n > UINT32_MAX)
-                usage();
-        } else {
-            usage();
-        }
-    }
+    demo_parse(argc, argv, &r->d, &use_malloc, own_arg, r, usage);
 }
 
 /* The hash table, the LRU list, the permutation and the entry cache. */
 static int setup(struct run *r)
 {
-    r->nb = 1;
-    while (r->nb < r->n)
-        r->nb <<= 1;
-    pc.table = calloc(r->nb, sizeof(*pc.table));
-    pc.mask = r->nb - 1;
+    if (demo_setup("pathcache", &r->d, use_malloc))
+        return 1;
+    pc.table = calloc(r->d.nb, sizeof(*pc.table));
+    pc.mask = r->d.nb - 1;
     pc.lru.lru_next = pc.lru.lru_prev = &pc.lru;
-    r->perm = malloc(r->n * sizeof(*r->perm));
-    if (!pc.table || !r->perm) {
+    if (!pc.table) {
         fprintf(stderr, "pathcache: out of memory\n");
         return 1;
     }
@@ -463,9 +446,8 @@ static int setup(struct run *r)
         }
     }
 #endif
-    printf("mode=%s\n", use_malloc ? "malloc" : "slabdefrag");
     printf("n=%llu seed=%llu hold_pct=%g prune_pct=%llu entry_size=%zu\n",
-           (unsigned long long)r->n, (unsigned long long)r->seed,
+           (unsigned long long)r->d.n, (unsigned long long)r->d.seed,
            r->hold_pct, (unsigned long long)r->prune_pct,
            sizeof(struct pentry));
     return 0;
@@ -474,28 +456,28 @@ static int setup(struct run *r)
 /* 1. Populate. */
 static int populate(struct run *r)
 {
-    for (uint32_t id = 0; id < r->n; id++) {
+    for (uint32_t id = 0; id < r->d.n; id++) {
         if (pc_insert(id)) {
             fprintf(stderr, "pathcache: allocation failed at %u\n", id);
             return 1;
         }
     }
-    r->rss_full = proc_status_kb("VmRSS");
+    r->d.rss_full = proc_status_kb("VmRSS");
     return 0;
 }
 
 /* 2. Users hold references on a few entries (open files, cwd...). */
 static int hold_some(struct run *r, bu_sm *rng)
 {
-    r->nheld = (size_t)((double)r->n * r->hold_pct / 100.0);
+    r->nheld = (size_t)((double)r->d.n * r->hold_pct / 100.0);
     r->held_ids = malloc((r->nheld + 1) * sizeof(*r->held_ids));
     r->held = malloc((r->nheld + 1) * sizeof(*r->held));
-    bu_permutation(r->perm, r->n, rng);
+    bu_permutation(r->d.perm, r->d.n, rng);
     for (size_t i = 0; i < r->nheld; i++) {
-        r->held_ids[i] = r->perm[i];
-        r->held[i] = pc_lookup(r->perm[i]);
+        r->held_ids[i] = r->d.perm[i];
+        r->held[i] = pc_lookup(r->d.perm[i]);
         if (!r->held[i]) {
-            fprintf(stderr, "pathcache: entry %u missing\n", r->perm[i]);
+            fprintf(stderr, "pathcache: entry %u missing\n", r->d.perm[i]);
             return 1;
         }
     }
@@ -506,11 +488,11 @@ static int hold_some(struct run *r, bu_sm *rng)
  *    so the LRU order becomes a random permutation. */
 static int access_all(struct run *r, bu_sm *rng)
 {
-    bu_permutation(r->perm, r->n, rng);
-    for (size_t i = 0; i < r->n; i++) {
-        struct pentry *e = pc_lookup(r->perm[i]);
+    bu_permutation(r->d.perm, r->d.n, rng);
+    for (size_t i = 0; i < r->d.n; i++) {
+        struct pentry *e = pc_lookup(r->d.perm[i]);
         if (!e) {
-            fprintf(stderr, "pathcache: entry %u missing\n", r->perm[i]);
+            fprintf(stderr, "pathcache: entry %u missing\n", r->d.perm[i]);
             return 1;
         }
         pc_put(e);
@@ -522,34 +504,28 @@ static int access_all(struct run *r, bu_sm *rng)
  *    allocator calls back get()/kick() (RSS around it). */
 static void prune_and_shrink(struct run *r)
 {
-    r->pruned = pc_prune((size_t)(r->n * r->prune_pct / 100));
+    r->pruned = pc_prune((size_t)(r->d.n * r->prune_pct / 100));
     r->live = pc.nr_entries;
 
-    r->rss_before = proc_status_kb("VmRSS");
-#ifndef USE_MALLOC
-    if (!use_malloc)
-        r->shrink_rc = demo_shrink(&pentry_cache, 1, &r->tb, &r->ta);
-#endif
-    r->rss_after = proc_status_kb("VmRSS");
+    demo_shrink_rss(&r->d, &pentry_cache, 1, use_malloc);
 }
 
 /* The figures of the population, the prune and the shrink. */
 static void report(const struct run *r)
 {
-    printf("inserted=%llu held=%zu pruned=%zu\n", (unsigned long long)r->n,
+    printf("inserted=%llu held=%zu pruned=%zu\n", (unsigned long long)r->d.n,
            r->nheld, r->pruned);
-    printf("rss_kb_full=%ld\n", r->rss_full);
+    printf("rss_kb_full=%ld\n", r->d.rss_full);
     printf("live_entries_before_shrink=%zu\n", r->live);
     printf("live_entries=%zu\n", pc.nr_entries);
     /* Every byte the program holds: the entries, the hash table, and the
      * permutation and held arrays, which are live too. */
-    size_t table_bytes = r->nb * sizeof(*pc.table) + (size_t)r->n * sizeof(*r->perm) +
+    size_t table_bytes = r->d.nb * sizeof(*pc.table) + (size_t)r->d.n * sizeof(*r->d.perm) +
                          (r->nheld + 1) * (sizeof(*r->held_ids) + sizeof(*r->held));
     printf("entry_bytes=%zu table_bytes=%zu\n",
            pc.nr_entries * sizeof(struct pentry), table_bytes);
     printf("live_bytes=%zu\n", pc.nr_entries * sizeof(struct pentry) + table_bytes);
-    printf("rss_kb_before_shrink=%ld\n", r->rss_before);
-    printf("rss_kb_after_shrink=%ld\n", r->rss_after);
+    demo_print_rss(&r->d);
 }
 
 #ifndef USE_MALLOC
@@ -557,13 +533,13 @@ static void report(const struct run *r)
  * cache's. */
 static void report_shrink(struct run *r)
 {
-    demo_print_shrink(r->shrink_rc, &r->tb, &r->ta);
+    demo_print_shrink(r->d.shrink_rc, &r->d.tb, &r->d.ta);
     printf("get_calls=%lu get_objects=%lu get_nulled=%lu get_aborts=%lu\n",
            pc.get_calls, pc.get_objects, pc.get_nulled, pc.get_aborts);
     printf("kick_calls=%lu kick_freed=%lu kick_put=%lu\n",
            pc.kick_calls, pc.kick_freed, pc.kick_put);
-    r->bad += demo_inuse_differs("pathcache", &pentry_cache, 1, &pc.lock, &pc.nr_entries,
-                                 &r->ta);
+    r->d.bad += demo_inuse_differs("pathcache", &pentry_cache, 1, &pc.lock, &pc.nr_entries,
+                                 &r->d.ta);
 }
 #endif
 
@@ -574,18 +550,18 @@ static void release(struct run *r)
         pc_put(r->held[i]);
     free(r->held);
     free(r->held_ids);
-    free(r->perm);
+    free(r->d.perm);
 }
 
 int main(int argc, char **argv)
 {
     struct run r = { 0 };
     parse_args(argc, argv, &r);
-    bu_sm rng = { r.seed };
+    bu_sm rng = { r.d.seed };
     if (setup(&r) || populate(&r) || hold_some(&r, &rng) || access_all(&r, &rng))
         return 1;
     prune_and_shrink(&r);
-    r.bad = pc_verify(r.held_ids, r.nheld, r.held);
+    r.d.bad = pc_verify(r.held_ids, r.nheld, r.held);
     report(&r);
 #ifndef USE_MALLOC
     if (!use_malloc)
@@ -594,9 +570,9 @@ int main(int argc, char **argv)
 #endif
         printf("shrink=none\n");
     release(&r);
-    if (r.shrink_rc < 0) {
-        fprintf(stderr, "pathcache: sd_cache_shrink: %s\n", strerror(-r.shrink_rc));
-        r.bad++;
+    if (r.d.shrink_rc < 0) {
+        fprintf(stderr, "pathcache: sd_cache_shrink: %s\n", strerror(-r.d.shrink_rc));
+        r.d.bad++;
     }
-    return demo_finish(r.bad);
+    return demo_finish(r.d.bad);
 }

@@ -20,6 +20,20 @@ static int keep_eight(size_t i) { return i % 3 == 0 && i < 24; }   /* 8 */
 
 /* --------------------------------------------------- returns 0 safely */
 
+/* A fresh cache with dt_ops whose kick() does `kick`: its first slab
+ * thinned to the objects keep(i) picks, two full slabs after it
+ * (dt_fill_slabs, dt_thin_slab0); *per (if not NULL): objects per slab. */
+static sd_cache *thinned_cache(const char *name, int kick, int (*keep)(size_t i), size_t *per)
+{
+    sd_cache *s = dt_cache(name, 1);
+    dt_kick_mode = kick;
+    size_t n = dt_fill_slabs(s, 2);
+    dt_thin_slab0(s, n, keep);
+    if (per)
+        *per = n;
+    return s;
+}
+
 Test(defrag, vacate_null_returns_0)
 {
     cr_assert_eq(sd_vacate(NULL), 0);
@@ -88,10 +102,7 @@ Test(defrag, vacate_own_active_slab_returns_0)
 
 Test(defrag, vacate_sparse_slab_returns_1)
 {
-    sd_cache *s = dt_cache("sparse_vacate", 1);
-    dt_kick_mode = KICK_FREE_ALL;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_sparse);
+    thinned_cache("sparse_vacate", KICK_FREE_ALL, keep_sparse, NULL);
     int rc = sd_vacate(dt_slots[kept[0]]);
     cr_assert_eq(rc, 1, "sd_vacate of a slab with %d objects whose kick frees "
                  "everything returned %d", NKEEP, rc);
@@ -99,10 +110,7 @@ Test(defrag, vacate_sparse_slab_returns_1)
 
 Test(defrag, vacate_success_counted_and_slab_released)
 {
-    sd_cache *s = dt_cache("sparse_vacate_info", 1);
-    dt_kick_mode = KICK_FREE_ALL;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_sparse);
+    sd_cache *s = thinned_cache("sparse_vacate_info", KICK_FREE_ALL, keep_sparse, NULL);
     struct sd_cache_info before = dt_info(s);
     cr_assert_eq(sd_vacate(dt_slots[kept[0]]), 1);
     struct sd_cache_info after = dt_info(s);
@@ -119,20 +127,15 @@ Test(defrag, vacate_success_counted_and_slab_released)
 
 Test(defrag, vacate_interior_pointer)
 {
-    sd_cache *s = dt_cache("interior_vacate", 1);
-    dt_kick_mode = KICK_FREE_ALL;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_sparse);
+    thinned_cache("interior_vacate", KICK_FREE_ALL, keep_sparse, NULL);
     /* An address inside an object, and one inside a free object. */
     cr_assert_eq(sd_vacate((char *)dt_slots[kept[1]] + 17), 1);
 }
 
 Test(defrag, vacate_other_slabs_untouched)
 {
-    sd_cache *s = dt_cache("vacate_others", 1);
-    dt_kick_mode = KICK_FREE_ALL;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_sparse);
+    size_t per;
+    thinned_cache("vacate_others", KICK_FREE_ALL, keep_sparse, &per);
     cr_assert_eq(sd_vacate(dt_slots[kept[0]]), 1);
     for (size_t i = per; i < dt_nslots; i++)
         cr_assert(dt_slots[i] && tobj_ok(dt_slots[i], (uint32_t)i),
@@ -143,10 +146,8 @@ Test(defrag, vacate_other_slabs_untouched)
 
 Test(defrag, get_gets_live_objects_in_address_order)
 {
-    sd_cache *s = dt_cache("get_order", 1);
-    dt_kick_mode = KICK_FREE_ALL;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_eight);
+    size_t per;
+    thinned_cache("get_order", KICK_FREE_ALL, keep_eight, &per);
     void *expect[8];
     int ne = 0;
     for (size_t i = 0; i < per; i++)
@@ -171,11 +172,8 @@ Test(defrag, get_gets_live_objects_in_address_order)
 
 Test(defrag, get_nulled_entries_reach_kick_as_null)
 {
-    sd_cache *s = dt_cache("get_null", 1);
     dt_get_mode = GET_NULL_ODD;
-    dt_kick_mode = KICK_FREE_ALL;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_eight);
+    sd_cache *s = thinned_cache("get_null", KICK_FREE_ALL, keep_eight, NULL);
     int rc = sd_vacate(dt_slots[0]);
     cr_assert_eq(dt_kick_calls, 1, "kick() called %d times", dt_kick_calls);
     cr_assert_eq(dt_kick_nr, dt_get_nr);
@@ -193,11 +191,8 @@ Test(defrag, get_nulled_entries_reach_kick_as_null)
 Test(defrag, get_private_passed_to_kick)
 {
     static int token;
-    sd_cache *s = dt_cache("get_private", 1);
-    dt_kick_mode = KICK_FREE_ALL;
     dt_get_private = &token;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_sparse);
+    thinned_cache("get_private", KICK_FREE_ALL, keep_sparse, NULL);
     sd_vacate(dt_slots[kept[0]]);
     cr_assert_eq(dt_kick_calls, 1);
     cr_assert_eq(dt_kick_private, (void *)&token);
@@ -205,10 +200,7 @@ Test(defrag, get_private_passed_to_kick)
 
 Test(defrag, kick_frees_nothing_returns_0)
 {
-    sd_cache *s = dt_cache("kick_none", 1);
-    dt_kick_mode = KICK_FREE_NONE;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_sparse);
+    thinned_cache("kick_none", KICK_FREE_NONE, keep_sparse, NULL);
     cr_assert_eq(sd_vacate(dt_slots[kept[0]]), 0);
     cr_expect_eq(dt_kick_calls, 1, "the vacate was not attempted (kick() "
                  "called %d times)", dt_kick_calls);
@@ -216,10 +208,8 @@ Test(defrag, kick_frees_nothing_returns_0)
 
 Test(defrag, kick_frees_nothing_slab_still_usable)
 {
-    sd_cache *s = dt_cache("kick_none_usable", 1);
-    dt_kick_mode = KICK_FREE_NONE;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_sparse);
+    size_t per;
+    sd_cache *s = thinned_cache("kick_none_usable", KICK_FREE_NONE, keep_sparse, &per);
     size_t inuse = dt_info(s).objects_inuse;
     sd_vacate(dt_slots[kept[0]]);
     cr_expect_eq(dt_kick_calls, 1, "the vacate was not attempted (kick() "
@@ -251,10 +241,8 @@ Test(defrag, kick_frees_nothing_slab_still_usable)
 
 Test(defrag, kick_frees_half_returns_0_nothing_lost)
 {
-    sd_cache *s = dt_cache("kick_half", 1);
-    dt_kick_mode = KICK_FREE_HALF;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_eight);
+    size_t per;
+    sd_cache *s = thinned_cache("kick_half", KICK_FREE_HALF, keep_eight, &per);
     size_t inuse = dt_info(s).objects_inuse;
     int rc = sd_vacate(dt_slots[0]);
     cr_assert_eq(rc, 0, "vacate returned %d with half the objects left", rc);
@@ -273,10 +261,8 @@ Test(defrag, kick_frees_half_returns_0_nothing_lost)
 
 Test(defrag, vacate_moving_kick_returns_1_contents_intact)
 {
-    sd_cache *s = dt_cache("kick_move", 1);
-    dt_kick_mode = KICK_MOVE;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_eight);
+    size_t per;
+    sd_cache *s = thinned_cache("kick_move", KICK_MOVE, keep_eight, &per);
     void *old[8];
     int n = 0;
     for (size_t i = 0; i < per; i++)
@@ -296,10 +282,7 @@ Test(defrag, vacate_moving_kick_returns_1_contents_intact)
 
 Test(defrag, vacate_twice_second_returns_0)
 {
-    sd_cache *s = dt_cache("vacate_twice", 1);
-    dt_kick_mode = KICK_FREE_ALL;
-    size_t per = dt_fill_slabs(s, 2);
-    dt_thin_slab0(s, per, keep_sparse);
+    thinned_cache("vacate_twice", KICK_FREE_ALL, keep_sparse, NULL);
     void *addr = dt_slots[kept[0]];
     cr_assert_eq(sd_vacate(addr), 1);
     /* The slab is gone: its address is no longer a slab of ours (or is a

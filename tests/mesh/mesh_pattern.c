@@ -1,7 +1,7 @@
 /*
  * tests/mesh/mesh_pattern.c - where meshing's new slabs start their
  * freelists (classes/mesh.c, "Placement"), under the shared library with
- * SLABDEFRAG_MESH=1: `mesh_pattern --filter mesh/pattern`, exit 0 on
+ * SLABDEFRAG_MESH=1: `mesh_pattern pattern` (tests/subject.h), exit 0 on
  * success.  Figures come from the JSON statistics only.
  *
  *   pattern   every fourth object kept in allocation order, twice: slabs
@@ -18,10 +18,8 @@
 
 #include "slabdefrag.h"
 
-#define HARNESS_IN_PROCESS 1
-#include "../harness.h"
+#include "../subject.h"
 
-#define CHECK(c, ...) cr_assert(c, __VA_ARGS__)
 #include "meshjson.h"
 
 #define CLASS "malloc-256"              /* the class of the 250-byte objects */
@@ -37,7 +35,7 @@ static unsigned long pattern_batch(void)
     unsigned long m0 = cache_counter(CLASS, "meshes");
     for (unsigned i = 0; i < PAT_N; i++) {
         pat_v[i] = malloc(250);
-        CHECK(pat_v[i], "malloc");
+        check(pat_v[i], "malloc");
     }
     for (unsigned i = 0; i < PAT_N; i++) {
         if (i % 4) {
@@ -51,7 +49,7 @@ static unsigned long pattern_batch(void)
     sd_shrink_all();
     for (unsigned i = 0; i < PAT_N; i += 4)
         for (unsigned k = 0; k < 31; k++)
-            CHECK(pat_v[i][k] == (uintptr_t)pat_v[i] * 131 + k, "object %p lost word %u",
+            check(pat_v[i][k] == (uintptr_t)pat_v[i] * 131 + k, "object %p lost word %u",
                   (void *)pat_v[i], k);
     return cache_counter(CLASS, "meshes") - m0;
 }
@@ -66,7 +64,7 @@ static unsigned long pattern_batch(void)
  *   2, 3         permuted or rotated from the start: both batches mesh
  *   0            neither does
  * The contents stay either way. */
-Test(mesh, pattern, .timeout = 300)
+Scenario(pattern, .timeout = 300)
 {
     const char *sh = getenv("SLABDEFRAG_MESH_SHUFFLE");
     int mode = sh ? atoi(sh) : 1;
@@ -82,16 +80,16 @@ Test(mesh, pattern, .timeout = 300)
      * shifted (stdio, the runtime) may still find a partner (1 in a
      * clean-clone CI run; thousands with rotation). */
     if (mode == 2 || mode == 3)
-        CHECK(first > 100, "only %lu meshes with rotated or permuted slabs", first);
+        check(first > 100, "only %lu meshes with rotated or permuted slabs", first);
     else
-        CHECK(first <= 16, "%lu meshes among slabs that all keep the same slots", first);
+        check(first <= 16, "%lu meshes among slabs that all keep the same slots", first);
     if (mode == 1) {
-        CHECK(seen >= 1, "the first batch's pattern went unseen");
-        CHECK(second > 100, "only %lu meshes among slabs made after the pattern was seen",
+        check(seen >= 1, "the first batch's pattern went unseen");
+        check(second > 100, "only %lu meshes among slabs made after the pattern was seen",
               second);
     } else {
-        CHECK(patterns == 0, "a pattern counted with SLABDEFRAG_MESH_SHUFFLE=%d", mode);
-        CHECK(mode == 0 ? second <= 16 : second > 100, "%lu meshes in the second batch",
+        check(patterns == 0, "a pattern counted with SLABDEFRAG_MESH_SHUFFLE=%d", mode);
+        check(mode == 0 ? second <= 16 : second > 100, "%lu meshes in the second batch",
               second);
     }
     for (unsigned i = 0; i < PAT_N; i += 4)

@@ -1,10 +1,10 @@
 /*
  * tests/mesh/mesh_robust.c - what a program may do to its process must not
- * break the allocator: `mesh_robust --filter robust/<case>`, run with and
+ * break the allocator: `mesh_robust <case>`, run with and
  * without SLABDEFRAG_MESH=1 (and by the suite's second run in the
  * per-thread mode).  With meshing each case meshes first, so that every
- * fork copies shared slots.  Not Criterion, for mesh_test.c's reason
- * (tests/harness.h).
+ * fork copies shared slots.  A subject program (tests/subject.h), for
+ * mesh_test.c's reason.
  *
  *   fds       every descriptor the library holds (found in /proc/self/fd)
  *             and the numbers around 512 are taken over by dup2 and dup3
@@ -45,10 +45,8 @@
 
 #include "slabdefrag.h"
 
-#define HARNESS_IN_PROCESS 1
-#include "../harness.h"
+#include "../subject.h"
 
-#define CHECK(c, ...) cr_assert(c, __VA_ARGS__)
 #include "meshjson.h"
 
 #include "meshfix.h"
@@ -69,13 +67,13 @@ static void sparse(unsigned seed)
     if (meshing()) {
         make_sparse(seed);
         sd_shrink_all();
-        CHECK(mesh_fig().aliases > 0, "nothing meshed");
+        check(mesh_fig().aliases > 0, "nothing meshed");
         return;
     }
     nkept = 0;
     for (unsigned i = 0; i < NBLOCKS; i++) {
         char *p = malloc(OBJ);
-        CHECK(p, "malloc");
+        check(p, "malloc");
         if (i % 4 == 0) {
             kept[nkept++] = p;
             fill(p, seed);
@@ -99,28 +97,28 @@ static void file_fill(int fd)
     char buf[4096];
     for (unsigned i = 0; i < sizeof buf; i++)
         buf[i] = (char)(i * 13);
-    CHECK(pwrite(fd, buf, sizeof buf, 0) == sizeof buf, "pwrite");
+    check(pwrite(fd, buf, sizeof buf, 0) == sizeof buf, "pwrite");
 }
 
 static void file_check(int fd, const char *when)
 {
     struct stat st;
-    CHECK(fstat(fd, &st) == 0 && st.st_size == 4096, "the program's file is %lld bytes %s",
+    check(fstat(fd, &st) == 0 && st.st_size == 4096, "the program's file is %lld bytes %s",
           (long long)st.st_size, when);
     char buf[4096];
-    CHECK(pread(fd, buf, sizeof buf, 0) == sizeof buf, "pread");
+    check(pread(fd, buf, sizeof buf, 0) == sizeof buf, "pread");
     for (unsigned i = 0; i < sizeof buf; i++)
-        CHECK(buf[i] == (char)(i * 13), "the program's file changed at byte %u %s", i, when);
+        check(buf[i] == (char)(i * 13), "the program's file changed at byte %u %s", i, when);
 }
 
 /* Every descriptor the test holds still refers to its file. */
 static void mine_check(const char *mine, int file, const char *when)
 {
     struct stat a, b;
-    CHECK(fstat(file, &a) == 0, "fstat");
+    check(fstat(file, &a) == 0, "fstat");
     for (int fd = 0; fd < 4096; fd++)
         if (mine[fd])
-            CHECK(fstat(fd, &b) == 0 && b.st_ino == a.st_ino && b.st_dev == a.st_dev,
+            check(fstat(fd, &b) == 0 && b.st_ino == a.st_ino && b.st_dev == a.st_dev,
                   "descriptor %d is no longer the program's file %s", fd, when);
 }
 
@@ -128,7 +126,7 @@ static void mine_check(const char *mine, int file, const char *when)
 static int foreign_fds(const char *mine, int *out, int max)
 {
     DIR *d = opendir("/proc/self/fd");
-    CHECK(d, "opendir");
+    check(d, "opendir");
     int n = 0, dfd = dirfd(d);
     struct dirent *e;
     while ((e = readdir(d)))
@@ -155,25 +153,25 @@ static void exercise(unsigned seed, int file)
         sd_shrink_all();
         _exit(0);
     }
-    CHECK(child_ok(pid), "the child failed");
+    check(child_ok(pid), "the child failed");
     check_kept(seed, "in the parent after the fork");
     free_kept();
     sd_shrink_all();
     file_check(file, "after meshing and a fork");
 }
 
-Test(robust, fds, .timeout = 120)
+Scenario(fds, .timeout = 120)
 {
     static char mine[4096];
     char path[] = "/tmp/sd-robust-XXXXXX";
     int file = mkstemp(path);
-    CHECK(file >= 0, "mkstemp");
+    check(file >= 0, "mkstemp");
     unlink(path);
     file_fill(file);
     mine[file] = 1;
     /* The numbers around the library's old fixed ones, before it meshes. */
     for (int fd = 505; fd < 520; fd++) {
-        CHECK(dup2(file, fd) == fd, "dup2 onto %d: %s", fd, strerror(errno));
+        check(dup2(file, fd) == fd, "dup2 onto %d: %s", fd, strerror(errno));
         mine[fd] = 1;
     }
     exercise(1, file);
@@ -184,7 +182,7 @@ Test(robust, fds, .timeout = 120)
             int fd = theirs[i];
             int r = round == 0 ? dup2(file, fd) : round == 1 ? dup3(file, fd, O_CLOEXEC)
                                : (int)close_range((unsigned)fd, (unsigned)fd, 0);
-            CHECK(r == (round < 2 ? fd : 0), "taking %d: %s", fd, strerror(errno));
+            check(r == (round < 2 ? fd : 0), "taking %d: %s", fd, strerror(errno));
             if (round < 2)
                 mine[fd] = 1;
         }
@@ -203,7 +201,7 @@ static void close_all(int how)
     if (how == CLOSEFROM)
         closefrom(3);
     else if (how == CLOSE_RANGE)
-        CHECK(close_range(3, ~0U, 0) == 0, "close_range: %s", strerror(errno));
+        check(close_range(3, ~0U, 0) == 0, "close_range: %s", strerror(errno));
     else
         for (int fd = 3; fd < 4096; fd++)
             close(fd);
@@ -216,7 +214,7 @@ static void *close_and_fork(void *arg)
     int how = (int)(intptr_t)arg;
     close_all(how);
     int to_child[2], to_parent[2];
-    CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
+    check(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
     char c = 0;
     pid_t pid = fork();
     if (pid == 0) {
@@ -224,31 +222,31 @@ static void *close_and_fork(void *arg)
         for (unsigned i = 0; i < nkept; i++)
             fill(kept[i], 21);
         char *x = malloc(OBJ);
-        CHECK(x, "malloc in the child");
+        check(x, "malloc in the child");
         free(x);
-        CHECK(write(to_parent[1], &c, 1) == 1 && read(to_child[0], &c, 1) == 1, "pipe");
+        check(write(to_parent[1], &c, 1) == 1 && read(to_child[0], &c, 1) == 1, "pipe");
         check_kept(21, "in the child after the parent wrote");
         _exit(0);
     }
-    CHECK(pid > 0, "fork: %s", strerror(errno));
-    CHECK(read(to_parent[0], &c, 1) == 1, "the child died");
+    check(pid > 0, "fork: %s", strerror(errno));
+    check(read(to_parent[0], &c, 1) == 1, "the child died");
     check_kept(20, "in the parent after the child wrote");
     for (unsigned i = 0; i < nkept; i++)
         fill(kept[i], 22);
-    CHECK(write(to_child[1], &c, 1) == 1, "pipe");
-    CHECK(child_ok(pid), "the child failed");
+    check(write(to_child[1], &c, 1) == 1, "pipe");
+    check(child_ok(pid), "the child failed");
     check_kept(22, "in the parent");
     return NULL;
 }
 
-Test(robust, closeall, .timeout = 120)
+Scenario(closeall, .timeout = 120)
 {
     for (int how = CLOSEFROM; how <= CLOSE_LOOP; how++)
         for (int worker = 0; worker < 2; worker++) {
             sparse(20);
             if (worker) {
                 pthread_t t;
-                CHECK(pthread_create(&t, NULL, close_and_fork, (void *)(intptr_t)how) == 0,
+                check(pthread_create(&t, NULL, close_and_fork, (void *)(intptr_t)how) == 0,
                       "pthread_create");
                 pthread_join(t, NULL);
             } else {
@@ -277,7 +275,7 @@ static int faults(void *p, int write)
         _exit(0);
     }
     int st;
-    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    check(waitpid(pid, &st, 0) == pid, "waitpid");
     return WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV;
 }
 
@@ -294,36 +292,36 @@ struct blocks { char *ro, *rx, *none, *lck, *dontfork, *wipe; size_t lck_kb; };
 /* What must hold of the blocks, in the parent (child 0) and a child. */
 static void check_blocks(const struct blocks *b, int child, const char *when)
 {
-    CHECK(b->ro[0] == 'r' && faults(b->ro, 1), "the read-only block is writable %s", when);
-    CHECK(((int (*)(void))(void *)b->rx)() == 42 && faults(b->rx, 1),
+    check(b->ro[0] == 'r' && faults(b->ro, 1), "the read-only block is writable %s", when);
+    check(((int (*)(void))(void *)b->rx)() == 42 && faults(b->rx, 1),
           "the read-exec block lost its code or protection %s", when);
-    CHECK(faults(b->none, 0), "the PROT_NONE block is readable %s", when);
-    CHECK(child || vmlck_kb() >= b->lck_kb, "VmLck %zu KiB < %zu %s", vmlck_kb(), b->lck_kb, when);
-    CHECK(b->wipe[0] == (child ? 0 : 'w'), "the MADV_WIPEONFORK block holds %d %s",
+    check(faults(b->none, 0), "the PROT_NONE block is readable %s", when);
+    check(child || vmlck_kb() >= b->lck_kb, "VmLck %zu KiB < %zu %s", vmlck_kb(), b->lck_kb, when);
+    check(b->wipe[0] == (child ? 0 : 'w'), "the MADV_WIPEONFORK block holds %d %s",
           b->wipe[0], when);
-    CHECK(!child || faults(b->dontfork, 0), "the MADV_DONTFORK block is in the child %s", when);
-    CHECK(child || b->dontfork[0] == 'd', "the MADV_DONTFORK block lost its bytes %s", when);
+    check(!child || faults(b->dontfork, 0), "the MADV_DONTFORK block is in the child %s", when);
+    check(child || b->dontfork[0] == 'd', "the MADV_DONTFORK block lost its bytes %s", when);
 }
 
-Test(robust, protect, .timeout = 120)
+Scenario(protect, .timeout = 120)
 {
     struct blocks b;
     char **all[] = { &b.ro, &b.rx, &b.none, &b.lck, &b.dontfork, &b.wipe };
     for (unsigned k = 0; k < sizeof all / sizeof all[0]; k++) {
         /* A page of its own: the smallest a program can protect. */
-        CHECK(posix_memalign((void **)all[k], 4096, 4096) == 0, "posix_memalign");
+        check(posix_memalign((void **)all[k], 4096, 4096) == 0, "posix_memalign");
         memset(*all[k], 0, 4096);
     }
     b.ro[0] = 'r';
     memcpy(b.rx, ret42, sizeof ret42);
     b.dontfork[0] = 'd';
     b.wipe[0] = 'w';
-    CHECK(mprotect(b.ro, 4096, PROT_READ) == 0 && mprotect(b.rx, 4096, PROT_READ | PROT_EXEC) == 0 &&
+    check(mprotect(b.ro, 4096, PROT_READ) == 0 && mprotect(b.rx, 4096, PROT_READ | PROT_EXEC) == 0 &&
           mprotect(b.none, 4096, PROT_NONE) == 0, "mprotect: %s", strerror(errno));
     size_t before = vmlck_kb();
-    CHECK(mlock(b.lck, 4096) == 0, "mlock: %s", strerror(errno));
+    check(mlock(b.lck, 4096) == 0, "mlock: %s", strerror(errno));
     b.lck_kb = before + 4;
-    CHECK(madvise(b.dontfork, 4096, MADV_DONTFORK) == 0 &&
+    check(madvise(b.dontfork, 4096, MADV_DONTFORK) == 0 &&
           madvise(b.wipe, 4096, MADV_WIPEONFORK) == 0, "madvise: %s", strerror(errno));
     check_blocks(&b, 0, "before any fork");
     for (int round = 0; round < 2; round++) {
@@ -334,7 +332,7 @@ Test(robust, protect, .timeout = 120)
             check_kept(30 + round, "in the child");
             _exit(0);
         }
-        CHECK(child_ok(pid), "the child failed");
+        check(child_ok(pid), "the child failed");
         check_blocks(&b, 0, "in the parent after a fork");
         check_kept(30 + round, "in the parent");
         free_kept();
@@ -366,9 +364,9 @@ static int raw_child(void *arg)
     for (unsigned i = 0; i < nkept; i++)
         fill(kept[i], seed + 1);
     char *x = malloc(OBJ);
-    CHECK(x, "malloc in the child");
+    check(x, "malloc in the child");
     free(x);
-    CHECK(write(raw_pipe[1][1], &c, 1) == 1 && read(raw_pipe[0][0], &c, 1) == 1, "pipe");
+    check(write(raw_pipe[1][1], &c, 1) == 1 && read(raw_pipe[0][0], &c, 1) == 1, "pipe");
     check_kept(seed + 1, "in the child after the parent wrote");
     _exit(0);
 }
@@ -389,21 +387,21 @@ static pid_t raw_fork(int kind, unsigned seed)
     return pid;
 }
 
-Test(robust, rawfork, .timeout = 120)
+Scenario(rawfork, .timeout = 120)
 {
     for (int kind = 0; kind < RAW_KINDS; kind++) {
         unsigned seed = 40 + 3 * (unsigned)kind;
         sparse(seed);
-        CHECK(pipe(raw_pipe[0]) == 0 && pipe(raw_pipe[1]) == 0, "pipe");
+        check(pipe(raw_pipe[0]) == 0 && pipe(raw_pipe[1]) == 0, "pipe");
         char c = 0;
         pid_t pid = raw_fork(kind, seed);
-        CHECK(pid > 0, "%s: %s", raw_name[kind], strerror(errno));
-        CHECK(read(raw_pipe[1][0], &c, 1) == 1, "%s: the child died", raw_name[kind]);
+        check(pid > 0, "%s: %s", raw_name[kind], strerror(errno));
+        check(read(raw_pipe[1][0], &c, 1) == 1, "%s: the child died", raw_name[kind]);
         check_kept(seed, "in the parent after the child wrote");
         for (unsigned i = 0; i < nkept; i++)
             fill(kept[i], seed + 2);
-        CHECK(write(raw_pipe[0][1], &c, 1) == 1, "pipe");
-        CHECK(child_ok(pid), "%s: the child failed", raw_name[kind]);
+        check(write(raw_pipe[0][1], &c, 1) == 1, "pipe");
+        check(child_ok(pid), "%s: the child failed", raw_name[kind]);
         check_kept(seed + 2, "in the parent");
         for (int i = 0; i < 2; i++) {
             close(raw_pipe[i][0]);
@@ -420,9 +418,9 @@ Test(robust, rawfork, .timeout = 120)
         execl("/bin/true", "true", (char *)NULL);
         _exit(127);
     }
-    CHECK(child_ok(pid), "vfork + exec failed");
+    check(child_ok(pid), "vfork + exec failed");
     char *argv[] = { "true", NULL };
-    CHECK(posix_spawn(&pid, "/bin/true", NULL, NULL, argv, environ) == 0 && child_ok(pid),
+    check(posix_spawn(&pid, "/bin/true", NULL, NULL, argv, environ) == 0 && child_ok(pid),
           "posix_spawn failed");
     check_kept(60, "after vfork and posix_spawn");
     free_kept();

@@ -1,7 +1,7 @@
 /*
  * tests/mesh/mesh_syscall.c - the kernel writing into slabs being meshed
- * (SLABDEFRAG_MESH=1, under the shared library): `mesh_syscall --filter
- * mesh/<case>`, exit 0 on success, in this process (tests/harness.h), as
+ * (SLABDEFRAG_MESH=1, under the shared library): `mesh_syscall
+ * <case>`, exit 0 on success, in this process (tests/subject.h), as
  * mesh_test.c, whose fixture it shares (meshfix.h).
  *
  *   syscall   a thread reads a known byte stream from a pipe and a socket
@@ -38,10 +38,8 @@
 
 #include "slabdefrag.h"
 
-#define HARNESS_IN_PROCESS 1
-#include "../harness.h"
+#include "../subject.h"
 
-#define CHECK(c, ...) cr_assert(c, __VA_ARGS__)
 #include "meshjson.h"
 #include "meshfix.h"
 
@@ -80,10 +78,10 @@ static void *feeder(void *arg)
 static void got_bytes(struct chan *ch, const unsigned char *p, ssize_t n,
                       const char *call)
 {
-    CHECK(n > 0, "%s into %p failed: %s", call, (const void *)p,
+    check(n > 0, "%s into %p failed: %s", call, (const void *)p,
           n < 0 ? strerror(errno) : "EOF");
     for (ssize_t i = 0; i < n; i++)
-        CHECK(p[i] == stream_byte(ch->got + (uint64_t)i),
+        check(p[i] == stream_byte(ch->got + (uint64_t)i),
               "%s: byte %llu of the stream is wrong", call,
               (unsigned long long)(ch->got + (uint64_t)i));
     ch->got += (uint64_t)n;
@@ -135,7 +133,7 @@ static void *sys_reader(void *arg)
                 m->msg_iovlen = 1;
                 n = recvmsg(sock_ch.rd, m, 0);
                 got_bytes(&sock_ch, p, n, "recvmsg");
-                CHECK(m->msg_flags == 0, "recvmsg flags %x", m->msg_flags);
+                check(m->msg_flags == 0, "recvmsg flags %x", m->msg_flags);
                 break;
             }
             }
@@ -147,10 +145,10 @@ static void *sys_reader(void *arg)
     return NULL;
 }
 
-Test(mesh, syscall, .timeout = 300)
+Scenario(syscall, .timeout = 300)
 {
     int pfd[2], sfd[2];
-    CHECK(pipe(pfd) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sfd) == 0, "pipe");
+    check(pipe(pfd) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sfd) == 0, "pipe");
     signal(SIGPIPE, SIG_IGN);
     pipe_ch = (struct chan){ pfd[0], pfd[1], 0, 0 };
     sock_ch = (struct chan){ sfd[0], sfd[1], 0, 0 };
@@ -161,17 +159,17 @@ Test(mesh, syscall, .timeout = 300)
     struct iovec badv = { bad, 1 };
     struct msghdr badm = { .msg_iov = &badv, .msg_iovlen = 1 };
     char c;
-    CHECK(write(pfd[1], "x", 1) == 1 && write(sfd[1], "y", 1) == 1, "write");
+    check(write(pfd[1], "x", 1) == 1 && write(sfd[1], "y", 1) == 1, "write");
     errno = 0;
-    CHECK(read(pfd[0], bad, 1) == -1 && errno == EFAULT, "read: %s", strerror(errno));
+    check(read(pfd[0], bad, 1) == -1 && errno == EFAULT, "read: %s", strerror(errno));
     errno = 0;
-    CHECK(readv(pfd[0], &badv, 1) == -1 && errno == EFAULT, "readv: %s", strerror(errno));
+    check(readv(pfd[0], &badv, 1) == -1 && errno == EFAULT, "readv: %s", strerror(errno));
     errno = 0;
-    CHECK(recv(sfd[0], bad, 1, 0) == -1 && errno == EFAULT, "recv: %s", strerror(errno));
+    check(recv(sfd[0], bad, 1, 0) == -1 && errno == EFAULT, "recv: %s", strerror(errno));
     errno = 0;
-    CHECK(recvmsg(sfd[0], &badm, 0) == -1 && errno == EFAULT, "recvmsg: %s",
+    check(recvmsg(sfd[0], &badm, 0) == -1 && errno == EFAULT, "recvmsg: %s",
           strerror(errno));
-    CHECK(read(pfd[0], &c, 1) == 1 && c == 'x' && recv(sfd[0], &c, 1, 0) == 1 && c == 'y',
+    check(read(pfd[0], &c, 1) == 1 && c == 'x' && recv(sfd[0], &c, 1, 0) == 1 && c == 'y',
           "the bytes did not stay");
     pthread_t fp, fs;
     pthread_create(&fp, NULL, feeder, &pipe_ch);
@@ -190,7 +188,7 @@ Test(mesh, syscall, .timeout = 300)
             pid_t pid = fork();
             if (pid == 0)
                 _exit(0);
-            CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+            check(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
                   WEXITSTATUS(st) == 0, "fork child failed");
         }
         __atomic_store_n(&stop_reader, 1, __ATOMIC_RELEASE);
@@ -209,11 +207,11 @@ Test(mesh, syscall, .timeout = 300)
            "%lu system calls retried\n", rounds, sys_calls,
            (unsigned long long)pipe_ch.got, (unsigned long long)sock_ch.got,
            f.meshes - f0.meshes, f.retried - f0.retried);
-    CHECK(f.meshes - f0.meshes >= rounds * 8, "too few meshes (%lu)", f.meshes - f0.meshes);
-    CHECK(sys_calls >= rounds, "the reader hardly ran (%lu calls)", sys_calls);
+    check(f.meshes - f0.meshes >= rounds * 8, "too few meshes (%lu)", f.meshes - f0.meshes);
+    check(sys_calls >= rounds, "the reader hardly ran (%lu calls)", sys_calls);
     /* Dozens per run, mostly at the forks (the barrier lasts while the
      * child copies the heap): none means the wrappers were not exercised. */
-    CHECK(f.retried > f0.retried, "no system call met the barrier");
+    check(f.retried > f0.retried, "no system call met the barrier");
 }
 
 /* ---- kernel: system calls that are not wrapped, under each barrier ---- */
@@ -247,14 +245,14 @@ static void k_call(int op, unsigned char *p, size_t len, FILE *fp, FILE *ff,
     case K_FILE:                            /* the file is KLINES lines: 0 is EOF */
         if ((n = read(kfile_fd, p, len)) < 0 && errno == EFAULT) fault = 1;
         else if (n == 0) lseek(kfile_fd, 0, SEEK_SET);
-        else CHECK(n > 0, "read(file): %s", strerror(errno));
+        else check(n > 0, "read(file): %s", strerror(errno));
         break;
     case K_FREAD:                           /* stdio refills its heap buffer */
         n = (ssize_t)fread(p, 1, len, fp);
         if (n > 0)
             got_bytes(&kfile_ch, p, n, "fread");
         if (ferror(fp)) {
-            CHECK(errno == EFAULT, "fread: %s", strerror(errno));
+            check(errno == EFAULT, "fread: %s", strerror(errno));
             fault = 1;
             clearerr(fp);
         }
@@ -262,19 +260,19 @@ static void k_call(int op, unsigned char *p, size_t len, FILE *fp, FILE *ff,
     case K_FGETS:
         if (fgets((char *)p, 64, ff)) {
             unsigned v = ~0u;
-            CHECK(sscanf((char *)p, "line %u", &v) == 1 && v == *line,
+            check(sscanf((char *)p, "line %u", &v) == 1 && v == *line,
                   "fgets: line %u reads \"%.14s\"", *line, (char *)p);
             *line = (*line + 1) % KLINES;
         } else if (ferror(ff)) {
-            CHECK(errno == EFAULT, "fgets: %s", strerror(errno));
+            check(errno == EFAULT, "fgets: %s", strerror(errno));
             fault = 1;
             clearerr(ff);
             /* glibc's fgets drops what it had read of the line before the
              * refill that failed: go on at the next whole line. */
             long pos = ftell(ff);
-            CHECK(pos >= 0, "ftell: %s", strerror(errno));
+            check(pos >= 0, "ftell: %s", strerror(errno));
             *line = (unsigned)((pos + 13) / 14) % KLINES;
-            CHECK(fseek(ff, (long)*line * 14, SEEK_SET) == 0, "fseek: %s", strerror(errno));
+            check(fseek(ff, (long)*line * 14, SEEK_SET) == 0, "fseek: %s", strerror(errno));
         } else {                            /* EOF */
             rewind(ff);
             *line = 0;
@@ -285,7 +283,7 @@ static void k_call(int op, unsigned char *p, size_t len, FILE *fp, FILE *ff,
         struct stat *st = (struct stat *)p;
         int r = op == K_STAT ? stat(kpath, st) : fstat(kfile_fd, st);
         if (r && errno == EFAULT) fault = 1;
-        else CHECK(r == 0 && st->st_size == KLINES * 14, "stat: %s", strerror(errno));
+        else check(r == 0 && st->st_size == KLINES * 14, "stat: %s", strerror(errno));
         break;
     }
     }
@@ -332,8 +330,8 @@ static void kernel_rounds(unsigned rounds)
         /* The FILE buffers are kept objects of this round's sparse slabs. */
         int dfd = dup(kfile_ch.rd);
         FILE *f[2] = { fdopen(dfd, "r"), fopen(kpath, "r") };
-        CHECK(f[0] && f[1], "fdopen/fopen");
-        CHECK(setvbuf(f[0], kept[0], _IOFBF, OBJ) == 0 &&
+        check(f[0] && f[1], "fdopen/fopen");
+        check(setvbuf(f[0], kept[0], _IOFBF, OBJ) == 0 &&
               setvbuf(f[1], kept[1], _IOFBF, OBJ) == 0, "setvbuf");
         pthread_t r;
         stop_reader = 0;
@@ -346,7 +344,7 @@ static void kernel_rounds(unsigned rounds)
         size_t left = (size_t)(f[0]->_IO_read_end - f[0]->_IO_read_ptr);
         if (left) {
             unsigned char tmp[OBJ];
-            CHECK(fread(tmp, 1, left, f[0]) == left, "fread of the buffered rest");
+            check(fread(tmp, 1, left, f[0]) == left, "fread of the buffered rest");
             got_bytes(&kfile_ch, tmp, (ssize_t)left, "fread");
         }
         fclose(f[0]);
@@ -356,16 +354,16 @@ static void kernel_rounds(unsigned rounds)
     }
 }
 
-Test(mesh, kernel, .timeout = 300)
+Scenario(kernel, .timeout = 300)
 {
     const char *want = getenv("SLABDEFRAG_MESH_BARRIER");
     int uffd = !want || strcmp(want, "mprotect");
     int pfd[2], sfd[2], kfd[2];
-    CHECK(pipe(pfd) == 0 && pipe(kfd) == 0 &&
+    check(pipe(pfd) == 0 && pipe(kfd) == 0 &&
           socketpair(AF_UNIX, SOCK_STREAM, 0, sfd) == 0, "pipe");
     signal(SIGPIPE, SIG_IGN);
     FILE *w = fopen(kpath, "w");
-    CHECK(w, "%s: %s", kpath, strerror(errno));
+    check(w, "%s: %s", kpath, strerror(errno));
     for (unsigned i = 0; i < KLINES; i++)
         fprintf(w, "line %08u\n", i);
     fclose(w);
@@ -381,7 +379,7 @@ Test(mesh, kernel, .timeout = 300)
     free_kept();
     if (uffd && !barrier_is("uffd")) {
         if (want && !strcmp(want, "uffd")) {
-            cr_skip_test("kernel: userfaultfd is not available here: skipped");
+            skip_scenario("kernel: userfaultfd is not available here: skipped");
         }
         uffd = 0;                           /* auto fell back to mprotect */
     }
@@ -391,13 +389,13 @@ Test(mesh, kernel, .timeout = 300)
     pid_t pid = fork();
     if (pid == 0) {
         kernel_rounds(3);
-        CHECK(!uffd || barrier_is("uffd"), "the child lost the uffd barrier");
+        check(!uffd || barrier_is("uffd"), "the child lost the uffd barrier");
         for (int op = 0; op < K_OPS; op++)
-            CHECK(!uffd || !k_efault[op], "child: %s failed with EFAULT", k_name[op]);
+            check(!uffd || !k_efault[op], "child: %s failed with EFAULT", k_name[op]);
         _exit(0);
     }
     int st;
-    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+    check(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
           "the child failed (status %x)", st);
     struct mesh_fig f = mesh_fig();
     char *stats = stats_json();
@@ -407,11 +405,11 @@ Test(mesh, kernel, .timeout = 300)
     free(stats);
     for (int op = 0; op < K_OPS; op++)
         printf("  %-10s %8lu calls, %lu EFAULT\n", k_name[op], k_calls[op], k_efault[op]);
-    CHECK(f.meshes - f0.meshes >= 30 * 8, "too few meshes (%lu)", f.meshes - f0.meshes);
+    check(f.meshes - f0.meshes >= 30 * 8, "too few meshes (%lu)", f.meshes - f0.meshes);
     for (int op = 0; op < K_OPS; op++) {
-        CHECK(k_calls[op] > 100, "%s hardly ran", k_name[op]);
+        check(k_calls[op] > 100, "%s hardly ran", k_name[op]);
         /* uffd: none.  mprotect: only what README lists (read and recv retry). */
-        CHECK(!k_efault[op] || (!uffd && op != K_READ && op != K_RECV),
+        check(!k_efault[op] || (!uffd && op != K_READ && op != K_RECV),
               "%s failed with EFAULT under the %s barrier", k_name[op],
               uffd ? "uffd" : "mprotect");
     }

@@ -1,9 +1,9 @@
 /*
  * tests/mesh/mesh_test.c - meshing (SLABDEFRAG_MESH=1) under the shared
- * library: `mesh_test --filter mesh/<case>`, exit 0 on success.  Not
- * Criterion: the stand-in of tests/harness.h runs the case in this process
- * (a test framework's own SIGSEGV handling would stand between the
- * allocator's barrier and the program).  Figures come from the JSON
+ * library: `mesh_test <case>`, exit 0 on success, the case in this
+ * process: a subject program (tests/subject.h) that tests/mesh/test_mesh.c
+ * runs, as a test framework's own SIGSEGV handling would stand between the
+ * allocator's barrier and the program.  Figures come from the JSON
  * statistics (sd_stats_print_json) and the slab geometry from
  * sd_cache_get_info, never from the text table.
  *
@@ -55,15 +55,13 @@
 
 #include "slabdefrag.h"
 
-#define HARNESS_IN_PROCESS 1
-#include "../harness.h"
+#include "../subject.h"
 
-#define CHECK(c, ...) cr_assert(c, __VA_ARGS__)
 #include "meshjson.h"
 
 #include "meshfix.h"
 
-Test(mesh, basic, .timeout = 300)
+Scenario(basic, .timeout = 300)
 {
     make_sparse(1);
     size_t before = rss_kb();
@@ -72,14 +70,14 @@ Test(mesh, basic, .timeout = 300)
     size_t after = rss_kb();
     printf("basic: %u objects kept, %lu meshes, %lu aliases; RSS %zu -> %zu KiB\n",
            nkept, f.meshes, f.aliases, before, after);
-    CHECK(f.meshes >= NSLABS / 4, "only %lu meshes", f.meshes);
+    check(f.meshes >= NSLABS / 4, "only %lu meshes", f.meshes);
     /* Slabs live in private anonymous memory: each host was filed (given
      * a shared object) for its mesh (core/segment.c, "Anonymous segments"). */
-    CHECK(f.meshes == 0 || f.filed > 0, "%lu meshes, no host filed", f.meshes);
-    CHECK(f.filed <= f.aliases, "%lu hosts filed for %lu aliases", f.filed, f.aliases);
+    check(f.meshes == 0 || f.filed > 0, "%lu meshes, no host filed", f.meshes);
+    check(f.filed <= f.aliases, "%lu hosts filed for %lu aliases", f.filed, f.aliases);
     check_kept(1, "after meshing");
     for (unsigned i = 0; i < nkept; i++)
-        CHECK(malloc_usable_size(kept[i]) == geo.stride, "usable size %zu",
+        check(malloc_usable_size(kept[i]) == geo.stride, "usable size %zu",
               malloc_usable_size(kept[i]));
     /* Rewrite everything through the (possibly alias) addresses. */
     for (unsigned i = 0; i < nkept; i++)
@@ -98,17 +96,17 @@ Test(mesh, basic, .timeout = 300)
         nfresh++;
     }
     for (unsigned i = 1; i < nkept; i += 2)
-        CHECK(filled(kept[i], 2), "kept object %u damaged by new allocations", i);
+        check(filled(kept[i], 2), "kept object %u damaged by new allocations", i);
     for (unsigned i = 0; i < nfresh; i++)
-        CHECK(filled(fresh[i], 3), "new object %u damaged", i);
+        check(filled(fresh[i], 3), "new object %u damaged", i);
     /* realloc of alias addresses: shrink in place, grow by moving. */
     for (unsigned i = 1; i < nkept; i += 2) {
         char *q = realloc(kept[i], 900);
-        CHECK(q == kept[i], "realloc to the same class moved");
+        check(q == kept[i], "realloc to the same class moved");
         q = realloc(kept[i], 3000);
-        CHECK(q, "realloc");
+        check(q, "realloc");
         for (unsigned k = 0; k < 900; k++)
-            CHECK(q[k] == (char)(2 * 31 + k * 7 + ((uintptr_t)kept[i] >> 4)),
+            check(q[k] == (char)(2 * 31 + k * 7 + ((uintptr_t)kept[i] >> 4)),
                   "realloc lost byte %u", k);
         free(q);
         kept[i] = NULL;
@@ -119,8 +117,8 @@ Test(mesh, basic, .timeout = 300)
     f = mesh_fig();
     printf("basic: after freeing all: %lu unmeshed, %lu aliases; RSS %zu KiB\n",
            f.unmeshed, f.aliases, rss_kb());
-    CHECK(f.unmeshed > 0 && f.aliases == 0, "hosts did not unmesh");
-    CHECK(f.filed == 0, "%lu released hosts still file-backed after a shrink", f.filed);
+    check(f.unmeshed > 0 && f.aliases == 0, "hosts did not unmesh");
+    check(f.filed == 0, "%lu released hosts still file-backed after a shrink", f.filed);
     /* The slots come back: a new round meshes again. */
     make_sparse(4);
     sd_shrink_all();
@@ -147,7 +145,7 @@ static void *writer(void *arg)
     while (!__atomic_load_n(&stop_writers, __ATOMIC_ACQUIRE)) {
         for (unsigned i = id; i < nkept; i += WRITERS) {
             struct wrec *r = (struct wrec *)kept[i];
-            CHECK(r->seq == last[i] && r->sum == sum_of(last[i], r),
+            check(r->seq == last[i] && r->sum == sum_of(last[i], r),
                   "writer %u: object %p holds seq %lu, wrote %lu", id, (void *)r,
                   r->seq, last[i]);
             r->seq = seq;
@@ -159,9 +157,9 @@ static void *writer(void *arg)
     }
     for (unsigned i = id; i < nkept; i += WRITERS) {
         struct wrec *r = (struct wrec *)kept[i];
-        CHECK(r->seq == last[i] && r->sum == sum_of(last[i], r), "final check");
+        check(r->seq == last[i] && r->sum == sum_of(last[i], r), "final check");
         for (unsigned k = 0; last[i] && k < 64; k++)   /* written at least once */
-            CHECK(((unsigned char *)r)[sizeof *r + k] == (last[i] & 0xff), "tail");
+            check(((unsigned char *)r)[sizeof *r + k] == (last[i] & 0xff), "tail");
     }
     free(last);
     return NULL;
@@ -179,7 +177,7 @@ static void start_writers(pthread_t *t)
         pthread_create(&t[i], NULL, writer, (void *)(uintptr_t)i);
 }
 
-Test(mesh, writer, .timeout = 300)
+Scenario(writer, .timeout = 300)
 {
     unsigned rounds = 40;
     unsigned long meshes = 0;
@@ -199,18 +197,18 @@ Test(mesh, writer, .timeout = 300)
     struct mesh_fig f = mesh_fig();
     meshes = f.meshes;
     printf("writer: %u rounds, %lu meshes, %lu unmeshed\n", rounds, meshes, f.unmeshed);
-    CHECK(meshes >= rounds * 8, "too few meshes (%lu)", meshes);
+    check(meshes >= rounds * 8, "too few meshes (%lu)", meshes);
 }
 
 /* ---- fork ---- */
 
-Test(mesh, fork, .timeout = 300)
+Scenario(fork, .timeout = 300)
 {
     struct mesh_fig f = sparse_and_meshed(6);
     int to_child[2], to_parent[2];
-    CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
+    check(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
     pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
+    check(pid >= 0, "fork");
     char c = 0;
     if (pid == 0) {
         check_kept(6, "in the child after fork");
@@ -219,22 +217,22 @@ Test(mesh, fork, .timeout = 300)
         /* The child's heap works: allocate and free through it. */
         char *x = malloc(OBJ);
         fill(x, 9);
-        CHECK(filled(x, 9), "child malloc");
+        check(filled(x, 9), "child malloc");
         free(x);
-        CHECK(write(to_parent[1], &c, 1) == 1, "w");
-        CHECK(read(to_child[0], &c, 1) == 1, "r");
+        check(write(to_parent[1], &c, 1) == 1, "w");
+        check(read(to_child[0], &c, 1) == 1, "r");
         check_kept(7, "in the child after the parent wrote");
         free_kept();
         sd_shrink_all();
         _exit(0);
     }
-    CHECK(read(to_parent[0], &c, 1) == 1, "r");
+    check(read(to_parent[0], &c, 1) == 1, "r");
     check_kept(6, "in the parent after the child wrote");
     for (unsigned i = 0; i < nkept; i++)
         fill(kept[i], 8);
-    CHECK(write(to_child[1], &c, 1) == 1, "w");
+    check(write(to_child[1], &c, 1) == 1, "w");
     int st;
-    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+    check(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
           "child failed (status %x)", st);
     check_kept(8, "in the parent at the end");
     /* A second fork with threads writing meanwhile (they wait in the
@@ -254,7 +252,7 @@ Test(mesh, fork, .timeout = 300)
             }
             _exit(0);
         }
-        CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+        check(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "child %d of the threaded fork failed (status %x)", k, st);
     }
     __atomic_store_n(&stop_writers, 1, __ATOMIC_RELEASE);
@@ -264,14 +262,14 @@ Test(mesh, fork, .timeout = 300)
     printf("fork: ok (%lu aliases at the fork)\n", f.aliases);
 }
 
-Test(mesh, maplimit, .timeout = 300)
+Scenario(maplimit, .timeout = 300)
 {
     make_sparse(10);
     sd_shrink_all();
     struct mesh_fig f = mesh_fig();
     printf("maplimit: %lu meshes, limit reported %lu\n", f.meshes, f.limit);
-    CHECK(f.meshes <= 2 && f.meshes >= 1, "%lu meshes with a cap of 4 maps", f.meshes);
-    CHECK(f.limit, "the cap is not reported");
+    check(f.meshes <= 2 && f.meshes >= 1, "%lu meshes with a cap of 4 maps", f.meshes);
+    check(f.limit, "the cap is not reported");
     check_kept(10, "with the cap");
     free_kept();
 }
@@ -284,28 +282,28 @@ static void program_segv(int sig, siginfo_t *si, void *uc)
     siglongjmp(jb, 1);
 }
 
-Test(mesh, handler, .timeout = 300)
+Scenario(handler, .timeout = 300)
 {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = program_segv;
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    CHECK(sigaction(SIGSEGV, &sa, &old) == 0, "sigaction");
+    check(sigaction(SIGSEGV, &sa, &old) == 0, "sigaction");
     struct sigaction cur;
-    CHECK(sigaction(SIGSEGV, NULL, &cur) == 0 && cur.sa_sigaction == program_segv,
+    check(sigaction(SIGSEGV, NULL, &cur) == 0 && cur.sa_sigaction == program_segv,
           "sigaction does not report the program's handler back");
     make_sparse(11);
     sd_shrink_all();
     struct mesh_fig f = mesh_fig();
-    CHECK(f.meshes > 0, "no mesh with a chained handler");
+    check(f.meshes > 0, "no mesh with a chained handler");
     check_kept(11, "with a chained handler");
     if (sigsetjmp(jb, 1) == 0) {
         static volatile uintptr_t where = 16;   /* no mapping there */
         *(volatile int *)where = 1;
-        CHECK(0, "no fault");
+        check(0, "no fault");
     }
-    CHECK(program_handler_ran == 1, "the program's handler did not run");
+    check(program_handler_ran == 1, "the program's handler did not run");
     free_kept();
     printf("handler: ok\n");
 }
@@ -330,18 +328,18 @@ static size_t slab_size_of(const char *name)
 {
     struct sd_cache_info in;
     sd_cache *c = sd_cache_find(name);
-    CHECK(c && sd_cache_get_info(c, &in) == 0, "no cache %s", name);
+    check(c && sd_cache_get_info(c, &in) == 0, "no cache %s", name);
     return in.slab_size;
 }
 
-Test(mesh, small, .timeout = 300)
+Scenario(small, .timeout = 300)
 {
     enum { N = 400000 };
     static uint64_t *v[N];
     unsigned seed = 12345;
     for (unsigned i = 0; i < N; i++) {
         v[i] = malloc(40);
-        CHECK(v[i], "malloc");
+        check(v[i], "malloc");
         for (unsigned k = 0; k < 5; k++)
             v[i][k] = (uintptr_t)v[i] * 31 + k;
     }
@@ -356,27 +354,27 @@ Test(mesh, small, .timeout = 300)
     struct mesh_fig f = mesh_fig();
     for (unsigned i = 0; i < N; i++)
         for (unsigned k = 0; v[i] && k < 5; k++)
-            CHECK(v[i][k] == (uintptr_t)v[i] * 31 + k, "object %p lost word %u",
+            check(v[i][k] == (uintptr_t)v[i] * 31 + k, "object %p lost word %u",
                   (void *)v[i], k);
     size_t avg = avg_slab_bytes("malloc-48"), slab = slab_size_of("malloc-48");
     const char *ps = getenv("SLABDEFRAG_MESH_PAGE_SLABS");
     printf("small: %lu meshes, %lu aliases, malloc-48 slabs of %zu bytes on average\n",
            f.meshes, f.aliases, avg);
-    CHECK(f.meshes > 0, "no mesh among sparse 48-byte slabs");
+    check(f.meshes > 0, "no mesh among sparse 48-byte slabs");
     /* Random frees are no pattern: new slabs stay in address order
      * (classes/mesh.c, "Placement"). */
-    CHECK(cache_counter("malloc-48", "mesh_patterns") == 0,
+    check(cache_counter("malloc-48", "mesh_patterns") == 0,
           "random frees of malloc-48 taken for a pattern");
     /* 1170 slabs' worth: past the page-slab threshold unless it is 0. */
     if (ps && !strcmp(ps, "0"))
-        CHECK(avg == slab, "page slabs off, yet malloc-48 averages %zu-byte slabs", avg);
+        check(avg == slab, "page slabs off, yet malloc-48 averages %zu-byte slabs", avg);
     else
-        CHECK(avg > 0 && avg < slab / 2, "malloc-48 averages %zu-byte slabs: no page slabs", avg);
+        check(avg > 0 && avg < slab / 2, "malloc-48 averages %zu-byte slabs: no page slabs", avg);
     for (unsigned i = 0; i < N; i++)
         free(v[i]);
     sd_shrink_all();
     f = mesh_fig();
-    CHECK(f.aliases == 0, "%lu aliases left after freeing everything", f.aliases);
+    check(f.aliases == 0, "%lu aliases left after freeing everything", f.aliases);
 }
 
 /* ---- slots: dirty slots and stale aliases (core/segment.c) ---- */
@@ -387,7 +385,7 @@ static struct slot_fig slot_fig(void)
 {
     char *json = stats_json();
     const char *s = json_object(json, "slots"), *m = json_object(json, "mesh");
-    CHECK(s && m, "no \"slots\" or \"mesh\" object in the JSON statistics");
+    check(s && m, "no \"slots\" or \"mesh\" object in the JSON statistics");
     struct slot_fig f = {
         .dirty = json_num(s, "dirty_bytes"), .purged = json_num(s, "purged_slots"),
         .calls = json_num(s, "purge_runs"), .reused = json_num(s, "reused_slots"),
@@ -403,7 +401,7 @@ static void blocks_fill(char **b, unsigned n)
 {
     for (unsigned i = 0; i < n; i++) {
         b[i] = malloc(OBJ);
-        CHECK(b[i], "malloc");
+        check(b[i], "malloc");
         fill(b[i], 100 + i);
     }
 }
@@ -411,12 +409,12 @@ static void blocks_fill(char **b, unsigned n)
 static void blocks_check_free(char **b, unsigned n, const char *when)
 {
     for (unsigned i = 0; i < n; i++)
-        CHECK(filled(b[i], 100 + i), "block %u (%p) overwritten %s", i, (void *)b[i], when);
+        check(filled(b[i], 100 + i), "block %u (%p) overwritten %s", i, (void *)b[i], when);
     for (unsigned i = 0; i < n; i++)
         free(b[i]);
 }
 
-Test(mesh, slots, .timeout = 300)
+Scenario(slots, .timeout = 300)
 {
     static char *b[2 * NBLOCKS];
     /* Unmeshing leaves stale aliases: free the kept objects (every host
@@ -436,11 +434,11 @@ Test(mesh, slots, .timeout = 300)
     m = mesh_fig();
     printf("slots: after sd_shrink_all: %lu stale, %lu aliases, %lu maps, %lu dirty bytes\n",
            s.stale, m.aliases, s.maps, s.dirty);
-    CHECK(s.stale == 0 && m.aliases == 0, "%lu stale aliases, %lu aliases after sd_shrink_all",
+    check(s.stale == 0 && m.aliases == 0, "%lu stale aliases, %lu aliases after sd_shrink_all",
           s.stale, m.aliases);
-    CHECK(s.maps < maps_meshed, "the maps of the aliases were not given back (%lu, %lu meshed)",
+    check(s.maps < maps_meshed, "the maps of the aliases were not given back (%lu, %lu meshed)",
           s.maps, maps_meshed);
-    CHECK(s.dirty == 0, "%lu dirty bytes after sd_shrink_all", s.dirty);
+    check(s.dirty == 0, "%lu dirty bytes after sd_shrink_all", s.dirty);
 
     /* Released slots wait dirty: a round that frees every block and
      * allocates them again right away takes dirty slots back (no fault,
@@ -455,7 +453,7 @@ Test(mesh, slots, .timeout = 300)
     s = slot_fig();
     printf("slots: 21 rounds of %u blocks: %lu slots reused dirty, %lu purged in %lu runs\n",
            NBLOCKS, s.reused - reused0, s.purged - purged0, s.calls);
-    CHECK(s.reused > reused0, "no released slot was reused while dirty in 21 rounds");
+    check(s.reused > reused0, "no released slot was reused while dirty in 21 rounds");
 
     /* Nobody asks: the shrinker punches what waits dirty within a few
      * ms (DIRTY_PURGE_MS); 5 s leaves room for a loaded machine. */
@@ -467,14 +465,14 @@ Test(mesh, slots, .timeout = 300)
     }
     printf("slots: %lu dirty bytes after %u ms idle; RSS %zu -> %zu KiB\n", s.dirty, waited,
            rss_full, rss_kb());
-    CHECK(s.dirty == 0, "%lu dirty bytes still after 5 s idle", s.dirty);
+    check(s.dirty == 0, "%lu dirty bytes still after 5 s idle", s.dirty);
 }
 
 /* sd_defrag_realloc moves objects of meshed slabs too: after meshing,
  * free all but the first kept object of every 8 KiB, so that each meshed
  * group is at most a quarter full; moving every object then empties the
  * groups, and (nearly) every alias is unmeshed. */
-Test(mesh, hint, .timeout = 300)
+Scenario(hint, .timeout = 300)
 {
     struct mesh_fig f = sparse_and_meshed(9);
     unsigned n = 0, hinted = 0;
@@ -491,9 +489,9 @@ Test(mesh, hint, .timeout = 300)
         hinted += sd_defrag_hint(kept[i]) != 0;
         uintptr_t old = (uintptr_t)kept[i];
         char *q = sd_defrag_realloc(kept[i]);
-        CHECK(q, "sd_defrag_realloc");
+        check(q, "sd_defrag_realloc");
         for (unsigned k = 0; k < OBJ; k++)      /* fill()'s bytes, of the old address */
-            CHECK(q[k] == (char)(9 * 31 + k * 7 + (old >> 4)),
+            check(q[k] == (char)(9 * 31 + k * 7 + (old >> 4)),
                   "object %u lost byte %u in the move", i, k);
         kept[i] = q;
     }
@@ -503,8 +501,8 @@ Test(mesh, hint, .timeout = 300)
            f.aliases, hinted, nkept, g.aliases);
     /* Not quite all: the last partial slabs a cache keeps anyway
      * (SLABDEFRAG_MIN_PARTIAL) are not worth emptying. */
-    CHECK(hinted * 10 >= nkept * 9, "only %u of %u objects hinted", hinted, nkept);
-    CHECK(g.aliases * 10 <= f.aliases, "%lu of %lu aliases left: objects of meshed "
+    check(hinted * 10 >= nkept * 9, "only %u of %u objects hinted", hinted, nkept);
+    check(g.aliases * 10 <= f.aliases, "%lu of %lu aliases left: objects of meshed "
           "slabs were not moved", g.aliases, f.aliases);
     free_kept();
 }
@@ -540,16 +538,16 @@ static char *meshed_free_slot(void)
  * forged pointer over a free object's next pointer through one of the
  * two addresses and allocates: it must die of SIGABRT with the
  * heap-corruption line naming the stored word, never returning it. */
-Test(mesh, harden, .timeout = 300)
+Scenario(harden, .timeout = 300)
 {
     sparse_and_meshed(3);
     char *victim = meshed_free_slot();
-    CHECK(victim, "no two meshed blocks found");
+    check(victim, "no two meshed blocks found");
     int fds[2];
-    CHECK(pipe(fds) == 0, "pipe");
+    check(pipe(fds) == 0, "pipe");
     fflush(NULL);
     pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
+    check(pid >= 0, "fork");
     if (pid == 0) {
         dup2(fds[1], 2);
         alarm(20);
@@ -569,16 +567,16 @@ Test(mesh, harden, .timeout = 300)
     close(fds[0]);
     int st;
     waitpid(pid, &st, 0);
-    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child status %#x; stderr: %s", st, err);
+    check(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child status %#x; stderr: %s", st, err);
     unsigned long long obj = 0, slab = 0, held = 0;
     char name[64];
-    CHECK(sscanf(err, "slabdefrag: heap corruption: free object 0x%llx of cache %63s "
+    check(sscanf(err, "slabdefrag: heap corruption: free object 0x%llx of cache %63s "
                       "(slab 0x%llx) holds 0x%llx as its next pointer", &obj, name, &slab,
                  &held) == 4, "report: %s", err);
-    CHECK(!strcmp(name, "malloc-1024"), "cache %s", name);
-    CHECK((uintptr_t)held == (uintptr_t)harden_global, "held %#llx, forged %p", held,
+    check(!strcmp(name, "malloc-1024"), "cache %s", name);
+    check((uintptr_t)held == (uintptr_t)harden_global, "held %#llx, forged %p", held,
           (void *)harden_global);
-    CHECK((obj & (geo.window - 1)) == ((uintptr_t)victim & (geo.window - 1)),
+    check((obj & (geo.window - 1)) == ((uintptr_t)victim & (geo.window - 1)),
           "object %#llx, victim %p", obj,
           (void *)victim);
     printf("harden: forged pointer in meshed slot %p reported as object %#llx\n",

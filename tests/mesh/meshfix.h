@@ -2,8 +2,8 @@
  * tests/mesh/meshfix.h - the sparse-slab fixture of the mesh tests that
  * run under the shared library (mesh_test.c, mesh_syscall.c): the blocks
  * make_sparse keeps, their contents, the slab geometry and the figures
- * of the JSON statistics.  The includer defines CHECK(c, fmt, ...) and
- * includes meshjson.h first.
+ * of the JSON statistics.  The includer includes tests/subject.h (check)
+ * and meshjson.h first.
  */
 #ifndef SD_TESTS_MESHFIX_H
 #define SD_TESTS_MESHFIX_H
@@ -32,7 +32,7 @@ static inline struct mesh_fig mesh_fig(void)
 {
     char *json = stats_json();
     const char *m = json_object(json, "mesh");
-    CHECK(m, "no \"mesh\" object in the JSON statistics");
+    check(m, "no \"mesh\" object in the JSON statistics");
     struct mesh_fig f = {
         .meshes = json_num(m, "meshes"),
         .unmeshed = json_num(m, "unmeshes"),
@@ -61,10 +61,10 @@ static inline void load_geometry(void)
         return;
     struct sd_cache_info in;
     sd_cache *c = sd_cache_find("malloc-1024");
-    CHECK(c && sd_cache_get_info(c, &in) == 0, "no cache malloc-1024");
+    check(c && sd_cache_get_info(c, &in) == 0, "no cache malloc-1024");
     char *json = stats_json();
     const char *o = json_cache(json, "malloc-1024");
-    CHECK(o, "malloc-1024 is not in the JSON statistics");
+    check(o, "malloc-1024 is not in the JSON statistics");
     geo.stride = json_num(o, "stride");
     geo.slab = json_num(o, "page_slab_size");
     if (!geo.slab)
@@ -72,7 +72,7 @@ static inline void load_geometry(void)
     free(json);
     geo.window = 8 * geo.stride;
     geo.block = geo.slab > 2 * geo.window ? geo.slab : 2 * geo.window;
-    CHECK(geo.stride >= OBJ && (geo.window & (geo.window - 1)) == 0 &&
+    check(geo.stride >= OBJ && (geo.window & (geo.window - 1)) == 0 &&
           (geo.block & (geo.block - 1)) == 0 && geo.slab % geo.window == 0,
           "malloc-1024: stride %zu, %zu-byte slabs: not whole windows of 8 blocks, "
           "make_sparse cannot make slabs of disjoint occupancy", geo.stride, geo.slab);
@@ -120,7 +120,7 @@ static inline void make_sparse(unsigned seed)
     nkept = 0;
     for (unsigned i = 0; i < NBLOCKS; i++) {
         all[i] = malloc(OBJ);
-        CHECK(all[i], "malloc");
+        check(all[i], "malloc");
     }
     load_geometry();                /* (a cache is listed once it has slabs) */
     for (unsigned i = 0; i < NBLOCKS; i++) {
@@ -142,14 +142,14 @@ static inline struct mesh_fig sparse_and_meshed(unsigned seed)
     make_sparse(seed);
     sd_shrink_all();
     struct mesh_fig f = mesh_fig();
-    CHECK(f.aliases > 0, "nothing meshed");
+    check(f.aliases > 0, "nothing meshed");
     return f;
 }
 
 static inline void check_kept(unsigned seed, const char *when)
 {
     for (unsigned i = 0; i < nkept; i++)
-        CHECK(filled(kept[i], seed), "object %u (%p) lost its contents %s", i,
+        check(filled(kept[i], seed), "object %u (%p) lost its contents %s", i,
               (void *)kept[i], when);
 }
 

@@ -1,7 +1,7 @@
 /*
  * tests/mesh/meshjson.h - reading the JSON statistics in the mesh tests
  * (mesh_test.c, mesh_syscall.c, mesh_policy.c, mesh_pattern.c).  The
- * includer defines CHECK(c, fmt, ...) first.
+ * includer includes tests/subject.h (check) first.
  */
 #ifndef SD_TESTS_MESHJSON_H
 #define SD_TESTS_MESHJSON_H
@@ -20,11 +20,11 @@
 static inline char *stats_json(void)
 {
     int fd = memfd_create("stats", 0);
-    CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
-    CHECK(sd_stats_print_json(fd) == 0, "sd_stats_print_json");
+    check(fd >= 0, "memfd_create: %s", strerror(errno));
+    check(sd_stats_print_json(fd) == 0, "sd_stats_print_json");
     off_t n = lseek(fd, 0, SEEK_END);
     char *buf = calloc(1, (size_t)n + 1);
-    CHECK(buf && pread(fd, buf, (size_t)n, 0) == n, "reading the statistics back");
+    check(buf && pread(fd, buf, (size_t)n, 0) == n, "reading the statistics back");
     close(fd);
     return buf;
 }
@@ -45,7 +45,7 @@ static inline unsigned long json_num(const char *obj, const char *key)
     char k[80];
     snprintf(k, sizeof k, "\"%s\":", key);
     const char *v = obj ? strstr(obj, k) : NULL;
-    CHECK(v, "no \"%s\" in the JSON statistics", key);
+    check(v, "no \"%s\" in the JSON statistics", key);
     return strtoul(v + strlen(k), NULL, 10);
 }
 
@@ -69,10 +69,10 @@ static inline unsigned long cache_counter(const char *name, const char *key)
         return 0;
     }
     c = strstr(c, "\"counters\":{");
-    CHECK(c, "no counters for %s", name);
+    check(c, "no counters for %s", name);
     snprintf(k, sizeof k, "\"%s\":", key);
     const char *v = strstr(c, k);
-    CHECK(v, "no counter %s", key);
+    check(v, "no counter %s", key);
     unsigned long n = strtoul(v + strlen(k), NULL, 10);
     free(json);
     return n;

@@ -8,10 +8,10 @@
  * forking thread must get its write through (core/heapfile.c, fork_step) or
  * it waits forever for the fork it is making.  Another thread exists so
  * that glibc takes its multi-threaded fork path, and each child uses NSS
- * too.  `nss_fork --filter mesh/nss_fork`, registered like the other mesh
- * programs (tests/mesh/meson.build); in-process (tests/harness.h), as they
- * are: the test forks, under meshing's write barrier.  A hang is ended by
- * the harness's alarm (SIGALRM).
+ * too.  `nss_fork nss_fork`, a subject program (tests/subject.h) like the
+ * other mesh programs, run by tests/mesh/test_mesh.c: the scenario forks,
+ * under meshing's write barrier.  A hang is ended by the scenario's alarm
+ * (SIGALRM).
  */
 #include <netdb.h>
 #include <pthread.h>
@@ -21,8 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define HARNESS_IN_PROCESS 1
-#include "../harness.h"
+#include "../subject.h"
 
 static void *idle(void *arg)
 {
@@ -41,22 +40,22 @@ static int resolve(void)
     return 0;
 }
 
-Test(mesh, nss_fork, .timeout = 60)
+Scenario(nss_fork, .timeout = 60)
 {
     pthread_t t;
-    cr_assert(pthread_create(&t, NULL, idle, NULL) == 0, "pthread_create");
-    cr_assert(resolve() == 0, "getaddrinfo(localhost) failed");
+    check(pthread_create(&t, NULL, idle, NULL) == 0, "pthread_create");
+    check(resolve() == 0, "getaddrinfo(localhost) failed");
     for (int i = 0; i < 50; i++) {
         char *keep = malloc(64);            /* heap writes around each fork */
-        cr_assert(keep, "malloc");
+        check(keep, "malloc");
         memset(keep, i, 64);
         pid_t pid = fork();
-        cr_assert(pid >= 0, "fork");
+        check(pid >= 0, "fork");
         if (pid == 0)
             _exit(resolve() || keep[63] != (char)i ? 4 : 0);
         int st = 0;
-        cr_assert(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "child %d failed (status %#x)", i, st);
+        check(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "child %d failed (status %#x)", i, st);
         free(keep);
     }
     puts("nss_fork: 50 forks after NSS use");
