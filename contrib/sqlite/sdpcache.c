@@ -3,10 +3,14 @@
  * caches, with get()/kick() so that the shrinker can empty sparse slabs.
  *
  * Types and invariants:
- *   struct sdp_size   one slabdefrag cache per (szPage, szExtra) pair,
- *                     created on first use and kept until the process ends.
+ *   struct sdp_size   one page geometry (szPage, szExtra): its pool of
+ *                     slabdefrag caches, created on demand and kept until
+ *                     the process ends (a cache id is never reused).
+ *   struct sdp_slabs  one slabdefrag cache of the pool; users == SQLite
+ *                     cache instances allocating from it.
  *   struct sdp_cache  one SQLite cache instance (xCreate): a hash of its
- *                     pages by key, an LRU of its unpinned pages, a mutex.
+ *                     pages by key, an LRU of its unpinned pages, a mutex,
+ *                     and the pool cache its pages come from.
  *                     npage == pages in the hash; nlru == pages on the LRU
  *                     == unpinned pages in the hash.
  *   struct sdp_page   one slab object: this header, then the page buffer
@@ -37,6 +41,18 @@
  *           other page is set to NULL in objs.
  *   kick(): no allocator lock: every taken page is freed.
  *
+ * One slabdefrag cache per instance.  Each instance takes a cache of
+ * its geometry's pool that no other instance uses, so that the pages of
+ * one connection share slabs only with each other: when a connection
+ * closes, or its cache is cleared, its slabs empty whole and go back to
+ * the OS, instead of leaving every slab of a shared cache holding a few
+ * pages of the connections that stay (slabs the shrinker cannot vacate
+ * once they are more than a quarter full).  A cache whose instance is
+ * destroyed goes back to the pool for the next one.  Past SDP_POOL_MAX
+ * caches in a geometry (more instances alive at once than that), a new
+ * instance shares the cache with the fewest users; get() handles pages
+ * of several owners on one slab either way.
+ *
  * Lock order: sdp_cache.lock, then the allocator's locks (the normal path
  * allocates and frees with its cache locked).  get() runs inside the
  * allocator's slab lock and only ever trylocks a cache, so the reverse
@@ -44,7 +60,8 @@
  * pages (each free waits while its slab is in get()) before the cache, so
  * get() may follow a page's owner pointer to the cache's mutex.
  *
- * Locks: sizes_lock guards the sizes table (never taken by get()).
+ * Locks: sizes_lock guards the sizes table and the pools' users counts
+ * (never taken by get()).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -76,14 +93,25 @@ struct sdp_page {
 #define PAGE_HDR 64
 _Static_assert(sizeof(struct sdp_page) <= PAGE_HDR, "page header too big");
 
+/* Caches in one geometry's pool: instances alive at once beyond this share. */
+#define SDP_POOL_MAX 64
+
+struct sdp_slabs {
+    sd_cache *cache;                 /* objects of PAGE_HDR + szpage + szextra */
+    unsigned  users;                 /* instances allocating from it */
+};
+
 struct sdp_size {
-    int       szpage, szextra;       /* bytes, as SQLite asked */
-    sd_cache *cache;                 /* objects of PAGE_HDR + both */
+    int       szpage, szextra;       /* bytes, as SQLite asked; szpage 0: unused */
+    size_t    objsz;                 /* bytes of one page object */
+    unsigned  npool;                 /* caches created: pool[0..npool) */
+    struct sdp_slabs pool[SDP_POOL_MAX];
 };
 
 struct sdp_cache {
     pthread_mutex_t  lock;
     struct sdp_size *size;
+    struct sdp_slabs *slabs;         /* the pool cache its pages come from */
     int              purgeable;      /* xCreate's bPurgeable */
     unsigned         nmax;           /* xCachesize: pages wanted at most */
     unsigned         n90;            /* 90% of nmax: the pinned limit for createFlag 1 */
@@ -186,7 +214,7 @@ static void page_free_locked(struct sdp_cache *c, struct sdp_page *p)
     page_unlink_locked(c, p);
     /* NULL owner is the constructed state get() skips. */
     __atomic_store_n(&p->owner, NULL, __ATOMIC_RELEASE);
-    sd_cache_free(c->size->cache, p);
+    sd_cache_free(c->slabs->cache, p);
 }
 
 /* Drop the oldest unpinned pages until at most `limit` pages remain. */
@@ -257,36 +285,53 @@ static void page_ctor(void *obj)
     memset(obj, 0, sizeof(struct sdp_page));
 }
 
-/* The slabdefrag cache for this geometry (created once); NULL if none. */
-static struct sdp_size *size_get(int szpage, int szextra)
+/* The geometry's entry (its pool possibly empty); NULL if the table is
+ * full.  Called with sizes_lock held. */
+static struct sdp_size *size_find_locked(int szpage, int szextra)
 {
-    struct sdp_size *z = NULL;
-    int i;
-    pthread_mutex_lock(&sizes_lock);
-    for (i = 0; i < MAX_SIZES; i++) {
-        z = &sizes[i];
-        if (!z->cache || (z->szpage == szpage && z->szextra == szextra))
-            break;
-    }
-    if (i == MAX_SIZES) {
-        fprintf(stderr, "sdsqlite: more than %d page geometries; %d+%d refused\n",
-                MAX_SIZES, szpage, szextra);
-        z = NULL;
-    } else if (!z->cache) {
-        char name[48];
-        size_t objsz = PAGE_HDR + (size_t)szpage + (((size_t)szextra + 7) & ~(size_t)7);
-        snprintf(name, sizeof(name), "sqlite-page-%d+%d", szpage, szextra);
-        z->cache = sd_cache_create(name, objsz, 16, SD_NO_MERGE, page_ctor, &page_ops);
-        if (z->cache) {
+    for (int i = 0; i < MAX_SIZES; i++) {
+        struct sdp_size *z = &sizes[i];
+        if (!z->szpage) {
             z->szpage = szpage;
             z->szextra = szextra;
-        } else {
+            z->objsz = PAGE_HDR + (size_t)szpage + (((size_t)szextra + 7) & ~(size_t)7);
+            return z;
+        }
+        if (z->szpage == szpage && z->szextra == szextra)
+            return z;
+    }
+    fprintf(stderr, "sdsqlite: more than %d page geometries; %d+%d refused\n",
+            MAX_SIZES, szpage, szextra);
+    return NULL;
+}
+
+/* A pool cache for a new instance of z: one nobody uses, else a new one,
+ * else (pool full, or no cache to be had) the one with the fewest users.
+ * NULL only if z has no cache at all.  Called with sizes_lock held. */
+static struct sdp_slabs *slabs_take_locked(struct sdp_size *z)
+{
+    struct sdp_slabs *best = NULL;
+    for (unsigned i = 0; i < z->npool; i++) {
+        struct sdp_slabs *b = &z->pool[i];
+        if (!best || b->users < best->users)
+            best = b;
+    }
+    if ((!best || best->users) && z->npool < SDP_POOL_MAX) {
+        char name[48];
+        snprintf(name, sizeof(name), "sqlite-page-%d+%d#%u", z->szpage, z->szextra,
+                 z->npool);
+        sd_cache *sc = sd_cache_create(name, z->objsz, 16, SD_NO_MERGE, page_ctor,
+                                       &page_ops);
+        if (sc) {
+            best = &z->pool[z->npool++];
+            best->cache = sc;
+        } else if (!best) {
             fprintf(stderr, "sdsqlite: sd_cache_create(%s): %s\n", name, strerror(errno));
-            z = NULL;
         }
     }
-    pthread_mutex_unlock(&sizes_lock);
-    return z;
+    if (best)
+        best->users++;
+    return best;
 }
 
 /* ------------------------------------------------- the pcache2 methods */
@@ -309,9 +354,6 @@ static sqlite3_pcache *sdp_create(int szpage, int szextra, int purgeable)
                 szpage, szextra);
         return NULL;
     }
-    struct sdp_size *z = size_get(szpage, szextra);
-    if (!z)
-        return NULL;
     struct sdp_cache *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
@@ -321,8 +363,18 @@ static sqlite3_pcache *sdp_create(int szpage, int szextra, int purgeable)
         free(c);
         return NULL;
     }
+    pthread_mutex_lock(&sizes_lock);
+    struct sdp_size *z = size_find_locked(szpage, szextra);
+    struct sdp_slabs *b = z ? slabs_take_locked(z) : NULL;
+    pthread_mutex_unlock(&sizes_lock);
+    if (!b) {
+        free(c->bucket);
+        free(c);
+        return NULL;
+    }
     pthread_mutex_init(&c->lock, NULL);
     c->size = z;
+    c->slabs = b;
     c->purgeable = purgeable != 0;
     c->nmax = 100;
     c->n90 = 90;
@@ -368,7 +420,7 @@ static struct sdp_page *page_new_locked(struct sdp_cache *c, unsigned key,
         }
     }
     if (!p) {
-        p = sd_cache_alloc(c->size->cache);
+        p = sd_cache_alloc(c->slabs->cache);
         if (!p)
             return NULL;
         p->base.pBuf = (char *)p + PAGE_HDR;
@@ -467,6 +519,9 @@ static void sdp_destroy(sqlite3_pcache *pc)
     truncate_locked(c, 0);
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_destroy(&c->lock);
+    pthread_mutex_lock(&sizes_lock);
+    c->slabs->users--;
+    pthread_mutex_unlock(&sizes_lock);
     free(c->bucket);
     free(c);
     STAT_SUB(caches, 1);
