@@ -6,8 +6,10 @@
  *   struct sdp_size   one page geometry (szPage, szExtra): its pool of
  *                     slabdefrag caches, created on demand and kept until
  *                     the process ends (a cache id is never reused).
- *   struct sdp_slabs  one slabdefrag cache of the pool; users == SQLite
- *                     cache instances allocating from it.
+ *   struct sdp_slabs  one slabdefrag cache of a geometry; users == SQLite
+ *                     cache instances allocating from it.  A pool cache
+ *                     has at most one user (only), the shared cache any
+ *                     number.
  *   struct sdp_cache  one SQLite cache instance (xCreate): a hash of its
  *                     pages by key, an LRU of its unpinned pages, a mutex,
  *                     and the pool cache its pages come from.
@@ -35,10 +37,11 @@
  * (sqlite3.h: xUnpin is called on them only to discard), so nothing of
  * theirs is ever taken.
  *
- *   get():  slab lock held, so no allocator call and no waiting: for each
- *           page, trylock its cache; an unpinned page of a purgeable cache
- *           is taken out of the hash and the LRU (owner set to NULL); any
- *           other page is set to NULL in objs.
+ *   get():  slab lock held, so no allocator call and no waiting: trylock
+ *           the pages' cache (a pool cache's one user, or each page's
+ *           owner on the shared cache); an unpinned page of a purgeable
+ *           cache is taken out of the hash and the LRU (owner set to
+ *           NULL); any other page is set to NULL in objs.
  *   kick(): no allocator lock: every taken page is freed.
  *
  * One slabdefrag cache per instance.  Each instance takes a cache of
@@ -49,9 +52,20 @@
  * pages of the connections that stay (slabs the shrinker cannot vacate
  * once they are more than a quarter full).  A cache whose instance is
  * destroyed goes back to the pool for the next one.  Past SDP_POOL_MAX
- * caches in a geometry (more instances alive at once than that), a new
- * instance shares the cache with the fewest users; get() handles pages
- * of several owners on one slab either way.
+ * caches in a geometry (more instances alive at once than that), new
+ * instances share the geometry's one shared cache.
+ *
+ * Constructed state.  get() may be handed an object whose instance is
+ * still filling its header in, or has begun to free it.  On a pool
+ * cache, everything an instance does to its objects, from sd_cache_alloc
+ * to sd_cache_free, happens under its lock: once get() holds that lock,
+ * every allocated object of the slab is a page in the hash, and get()
+ * needs nothing from an object that it has not locked.  So pool caches
+ * have no constructor, and their objects pack 15 to a 64 KiB slab (a
+ * constructor would add the free pointer's two words to each, for 14).
+ * On the shared cache get() has to read a page's owner before it can
+ * lock anything: its constructor zeroes the header, and a page is freed
+ * with owner NULL, so that an object not in a hash reads as ownerless.
  *
  * Lock order: sdp_cache.lock, then the allocator's locks (the normal path
  * allocates and frees with its cache locked).  get() runs inside the
@@ -95,23 +109,27 @@ _Static_assert(sizeof(struct sdp_page) <= PAGE_HDR, "page header too big");
 
 /* Caches in one geometry's pool: instances alive at once beyond this share. */
 #define SDP_POOL_MAX 64
+static unsigned pool_max = SDP_POOL_MAX;   /* sdp_pool_limit() */
 
 struct sdp_slabs {
     sd_cache *cache;                 /* objects of PAGE_HDR + szpage + szextra */
     unsigned  users;                 /* instances allocating from it */
+    struct sdp_cache *only;          /* a pool cache's user, or NULL (atomic) */
+    int       shared;                /* 1: the shared cache (constructor, owners) */
 };
 
 struct sdp_size {
     int       szpage, szextra;       /* bytes, as SQLite asked; szpage 0: unused */
     size_t    objsz;                 /* bytes of one page object */
-    unsigned  npool;                 /* caches created: pool[0..npool) */
-    struct sdp_slabs pool[SDP_POOL_MAX];
+    unsigned  npool;                 /* caches created: pool[0..npool) (atomic) */
+    struct sdp_slabs pool[SDP_POOL_MAX];   /* no constructor, one user each */
+    struct sdp_slabs shared;         /* with a constructor; once the pool is full */
 };
 
 struct sdp_cache {
     pthread_mutex_t  lock;
     struct sdp_size *size;
-    struct sdp_slabs *slabs;         /* the pool cache its pages come from */
+    struct sdp_slabs *slabs;         /* the cache its pages come from */
     int              purgeable;      /* xCreate's bPurgeable */
     unsigned         nmax;           /* xCachesize: pages wanted at most */
     unsigned         n90;            /* 90% of nmax: the pinned limit for createFlag 1 */
@@ -226,39 +244,83 @@ static void evict_locked(struct sdp_cache *c, unsigned limit)
 
 /* ----------------------------------------------------- get() and kick() */
 
-/* Called with the slab lock held; must not allocate, free or wait. */
-static void *page_get(sd_cache *s, int nr, void **objs)
+/* The sdp_slabs of slabdefrag cache s, or NULL.  Entries are filled in
+ * before their cache allocates anything, so no lock is needed. */
+static struct sdp_slabs *slabs_of(const sd_cache *s)
 {
-    (void)s;
-    STAT_ADD(get_objects, nr);
+    for (int i = 0; i < MAX_SIZES; i++) {
+        struct sdp_size *z = &sizes[i];
+        if (!__atomic_load_n(&z->szpage, __ATOMIC_ACQUIRE))
+            break;
+        if (__atomic_load_n(&z->shared.cache, __ATOMIC_ACQUIRE) == s)
+            return &z->shared;
+        unsigned n = __atomic_load_n(&z->npool, __ATOMIC_ACQUIRE);
+        for (unsigned k = 0; k < n; k++)
+            if (z->pool[k].cache == s)
+                return &z->pool[k];
+    }
+    return NULL;
+}
+
+/* Take page p of c (locked by the caller) if it may be dropped: 1 if
+ * taken (out of the hash and the LRU, owner NULL), 0 if it stays. */
+static int page_take_locked(struct sdp_cache *c, struct sdp_page *p)
+{
+    if (p->owner != c)                  /* being built or freed (shared cache) */
+        return 0;
+    if (!c->purgeable) {                /* an in-memory database's page */
+        STAT_ADD(get_kept, 1);
+        return 0;
+    }
+    if (p->pinned) {
+        STAT_ADD(get_pinned, 1);
+        return 0;
+    }
+    page_unlink_locked(c, p);
+    __atomic_store_n(&p->owner, NULL, __ATOMIC_RELEASE);
+    STAT_ADD(get_taken, 1);
+    return 1;
+}
+
+/* get() on the shared cache: each page's owner, trylocked in turn. */
+static void page_get_shared(int nr, void **objs)
+{
     for (int i = 0; i < nr; i++) {
         struct sdp_page *p = objs[i];
         struct sdp_cache *c = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
         if (!c) {                       /* being built or being freed */
             objs[i] = NULL;
-            continue;
-        }
-        if (!c->purgeable) {            /* an in-memory database's page */
-            STAT_ADD(get_kept, 1);
-            objs[i] = NULL;
-            continue;
-        }
-        if (pthread_mutex_trylock(&c->lock) != 0) {
+        } else if (pthread_mutex_trylock(&c->lock) != 0) {
             STAT_ADD(get_busy, 1);
             objs[i] = NULL;
-            continue;
-        }
-        if (p->owner != c || p->pinned) {
-            if (p->owner == c)
-                STAT_ADD(get_pinned, 1);
-            objs[i] = NULL;
         } else {
-            page_unlink_locked(c, p);
-            __atomic_store_n(&p->owner, NULL, __ATOMIC_RELEASE);
-            STAT_ADD(get_taken, 1);
+            if (!page_take_locked(c, p))
+                objs[i] = NULL;
+            pthread_mutex_unlock(&c->lock);
         }
-        pthread_mutex_unlock(&c->lock);
     }
+}
+
+/* Called with the slab lock held; must not allocate, free or wait. */
+static void *page_get(sd_cache *s, int nr, void **objs)
+{
+    STAT_ADD(get_objects, nr);
+    struct sdp_slabs *b = slabs_of(s);
+    if (b && b->shared) {
+        page_get_shared(nr, objs);
+        return NULL;
+    }
+    /* A pool cache: its one user holds every object of the slab (their
+     * frees wait for this get(), so the user cannot go meanwhile). */
+    struct sdp_cache *c = b ? __atomic_load_n(&b->only, __ATOMIC_ACQUIRE) : NULL;
+    int locked = c && pthread_mutex_trylock(&c->lock) == 0;
+    if (c && !locked)
+        STAT_ADD(get_busy, nr);
+    for (int i = 0; i < nr; i++)
+        if (!locked || !page_take_locked(c, objs[i]))
+            objs[i] = NULL;
+    if (locked)
+        pthread_mutex_unlock(&c->lock);
     return NULL;
 }
 
@@ -279,7 +341,7 @@ static const struct sd_cache_ops page_ops = {
     .kick = page_kick,
 };
 
-/* The constructed state of a page object: no owner. */
+/* The constructed state of a page object of the shared cache: no owner. */
 static void page_ctor(void *obj)
 {
     memset(obj, 0, sizeof(struct sdp_page));
@@ -292,9 +354,9 @@ static struct sdp_size *size_find_locked(int szpage, int szextra)
     for (int i = 0; i < MAX_SIZES; i++) {
         struct sdp_size *z = &sizes[i];
         if (!z->szpage) {
-            z->szpage = szpage;
             z->szextra = szextra;
             z->objsz = PAGE_HDR + (size_t)szpage + (((size_t)szextra + 7) & ~(size_t)7);
+            __atomic_store_n(&z->szpage, szpage, __ATOMIC_RELEASE);   /* slabs_of */
             return z;
         }
         if (z->szpage == szpage && z->szextra == szextra)
@@ -305,33 +367,54 @@ static struct sdp_size *size_find_locked(int szpage, int szextra)
     return NULL;
 }
 
-/* A pool cache for a new instance of z: one nobody uses, else a new one,
- * else (pool full, or no cache to be had) the one with the fewest users.
- * NULL only if z has no cache at all.  Called with sizes_lock held. */
-static struct sdp_slabs *slabs_take_locked(struct sdp_size *z)
+/* The cache new instance c of z allocates from: a pool cache nobody
+ * uses, else a new pool cache, else the shared cache (made on first
+ * need).  NULL if there is none to be had.  Called with sizes_lock held. */
+static struct sdp_slabs *slabs_take_locked(struct sdp_size *z, struct sdp_cache *c)
 {
-    struct sdp_slabs *best = NULL;
-    for (unsigned i = 0; i < z->npool; i++) {
-        struct sdp_slabs *b = &z->pool[i];
-        if (!best || b->users < best->users)
-            best = b;
-    }
-    if ((!best || best->users) && z->npool < SDP_POOL_MAX) {
-        char name[48];
+    char name[48];
+    struct sdp_slabs *b = NULL;
+    for (unsigned i = 0; i < z->npool && !b; i++)
+        if (!z->pool[i].users)
+            b = &z->pool[i];
+    if (!b && z->npool < pool_max) {
         snprintf(name, sizeof(name), "sqlite-page-%d+%d#%u", z->szpage, z->szextra,
                  z->npool);
-        sd_cache *sc = sd_cache_create(name, z->objsz, 16, SD_NO_MERGE, page_ctor,
-                                       &page_ops);
+        sd_cache *sc = sd_cache_create(name, z->objsz, 16, SD_NO_MERGE, NULL, &page_ops);
         if (sc) {
-            best = &z->pool[z->npool++];
-            best->cache = sc;
-        } else if (!best) {
-            fprintf(stderr, "sdsqlite: sd_cache_create(%s): %s\n", name, strerror(errno));
+            b = &z->pool[z->npool];
+            b->cache = sc;
+            __atomic_store_n(&z->npool, z->npool + 1, __ATOMIC_RELEASE);
         }
     }
-    if (best)
-        best->users++;
-    return best;
+    if (b) {
+        b->users = 1;
+        __atomic_store_n(&b->only, c, __ATOMIC_RELEASE);
+        return b;
+    }
+    b = &z->shared;
+    if (!b->cache) {
+        snprintf(name, sizeof(name), "sqlite-page-%d+%d-shared", z->szpage, z->szextra);
+        sd_cache *sc = sd_cache_create(name, z->objsz, 16, SD_NO_MERGE, page_ctor,
+                                       &page_ops);
+        if (!sc) {
+            fprintf(stderr, "sdsqlite: sd_cache_create(%s): %s\n", name, strerror(errno));
+            return NULL;
+        }
+        b->shared = 1;
+        __atomic_store_n(&b->cache, sc, __ATOMIC_RELEASE);
+    }
+    b->users++;
+    return b;
+}
+
+/* Instance c allocates from b no more (its pages are freed).  Called with
+ * sizes_lock held. */
+static void slabs_put_locked(struct sdp_slabs *b)
+{
+    b->users--;
+    if (!b->shared)
+        __atomic_store_n(&b->only, NULL, __ATOMIC_RELEASE);
 }
 
 /* ------------------------------------------------- the pcache2 methods */
@@ -365,7 +448,7 @@ static sqlite3_pcache *sdp_create(int szpage, int szextra, int purgeable)
     }
     pthread_mutex_lock(&sizes_lock);
     struct sdp_size *z = size_find_locked(szpage, szextra);
-    struct sdp_slabs *b = z ? slabs_take_locked(z) : NULL;
+    struct sdp_slabs *b = z ? slabs_take_locked(z, c) : NULL;
     pthread_mutex_unlock(&sizes_lock);
     if (!b) {
         free(c->bucket);
@@ -520,7 +603,7 @@ static void sdp_destroy(sqlite3_pcache *pc)
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_lock(&sizes_lock);
-    c->slabs->users--;
+    slabs_put_locked(c->slabs);
     pthread_mutex_unlock(&sizes_lock);
     free(c->bucket);
     free(c);
@@ -569,6 +652,13 @@ SDP_API void sd_sqlite_pcache_get_stats(struct sd_sqlite_pcache_stats *out)
     const unsigned long *src = (const unsigned long *)&stats;
     for (size_t i = 0; i < sizeof(stats) / sizeof(unsigned long); i++)
         dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+void sdp_pool_limit(unsigned n)
+{
+    pthread_mutex_lock(&sizes_lock);
+    pool_max = n < SDP_POOL_MAX ? n : SDP_POOL_MAX;
+    pthread_mutex_unlock(&sizes_lock);
 }
 
 int sdp_methods_are_ours(const sqlite3_pcache_methods2 *m)
