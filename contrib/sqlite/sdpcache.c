@@ -135,6 +135,7 @@ struct sdp_cache {
     unsigned         n90;            /* 90% of nmax: the pinned limit for createFlag 1 */
     unsigned         npage;          /* pages in the hash */
     unsigned         nlru;           /* unpinned pages (on the LRU) */
+    unsigned         maxkey;         /* no page in the hash has a larger key */
     unsigned         nbucket;        /* hash buckets, a power of two */
     struct sdp_page **bucket;
     struct sdp_page  lru;            /* sentinel: lru_next newest, lru_prev oldest */
@@ -169,6 +170,8 @@ static void hash_insert_locked(struct sdp_cache *c, struct sdp_page *p)
     struct sdp_page **b = bucket_of(c, p->key);
     p->hnext = *b;
     *b = p;
+    if (p->key > c->maxkey)
+        c->maxkey = p->key;
 }
 
 static void hash_remove_locked(struct sdp_cache *c, struct sdp_page *p)
@@ -574,17 +577,36 @@ static void sdp_rekey(sqlite3_pcache *pc, sqlite3_pcache_page *pg,
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Free every page whose key is at least `limit`. */
+/* Free every page whose key is at least `limit`.  As pcache1 does: nothing
+ * to do past maxkey; when fewer keys than buckets are in range, each is
+ * looked up; else every chain is walked.  SQLite truncates at each
+ * transaction's end, usually with nothing past the limit. */
 static void truncate_locked(struct sdp_cache *c, unsigned limit)
 {
-    for (unsigned i = 0; i < c->nbucket; i++) {
-        struct sdp_page *p = c->bucket[i], *next;
-        for (; p; p = next) {
-            next = p->hnext;
-            if (p->key >= limit)
+    if (!c->npage || limit > c->maxkey) {
+        if (!c->npage)
+            c->maxkey = 0;
+        return;
+    }
+    if (c->maxkey - limit < c->nbucket) {
+        for (unsigned k = limit;; k++) {
+            struct sdp_page *p = lookup_locked(c, k);
+            if (p)
                 page_free_locked(c, p);
+            if (k == c->maxkey)
+                break;
+        }
+    } else {
+        for (unsigned i = 0; i < c->nbucket; i++) {
+            struct sdp_page *p = c->bucket[i], *next;
+            for (; p; p = next) {
+                next = p->hnext;
+                if (p->key >= limit)
+                    page_free_locked(c, p);
+            }
         }
     }
+    c->maxkey = limit ? limit - 1 : 0;
 }
 
 static void sdp_truncate(sqlite3_pcache *pc, unsigned limit)
