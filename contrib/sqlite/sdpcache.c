@@ -11,7 +11,7 @@
  *                     has at most one user (only), the shared cache any
  *                     number.
  *   struct sdp_cache  one SQLite cache instance (xCreate): a hash of its
- *                     pages by key, an LRU of its unpinned pages, a mutex,
+ *                     pages by key, an LRU of its unpinned pages, a lock,
  *                     and the pool cache its pages come from.
  *                     npage == pages in the hash; nlru == pages on the LRU
  *                     == unpinned pages in the hash.
@@ -72,7 +72,7 @@
  * allocator's slab lock and only ever trylocks a cache, so the reverse
  * order never waits.  A page's cache outlives the page: xDestroy frees the
  * pages (each free waits while its slab is in get()) before the cache, so
- * get() may follow a page's owner pointer to the cache's mutex.
+ * get() may follow a page's owner pointer to the cache's lock.
  *
  * Locks: sizes_lock guards the sizes table and the pools' users counts
  * (never taken by get()).
@@ -80,6 +80,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,8 +127,53 @@ struct sdp_size {
     struct sdp_slabs shared;         /* with a constructor; once the pool is full */
 };
 
+/* ------------------------------------------------------ instance lock */
+
+/* An instance's lock: one byte, taken with one exchange and released with
+ * a store.  SQLite calls an instance from one thread at a time (its
+ * connection's or shared cache's mutex is held: pcache1 takes no lock at
+ * all), and get() only tries it, so it is taken on every xFetch and
+ * xUnpin and almost never waited for; a pthread mutex would cost two
+ * calls and two atomic instructions per call instead.  The one wait is
+ * behind a get() that has it (no allocation, no blocking): spin, then
+ * yield. */
+struct sdp_lock {
+    unsigned char taken;             /* 1: held */
+};
+
+static __attribute__((noinline, cold)) void lock_wait(struct sdp_lock *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (!__atomic_load_n(&l->taken, __ATOMIC_RELAXED) &&
+            !__atomic_exchange_n(&l->taken, 1, __ATOMIC_ACQUIRE))
+            return;
+        if (spins < 100)
+            __builtin_ia32_pause();
+        else
+            sched_yield();
+    }
+}
+
+static inline void lock_take(struct sdp_lock *l)
+{
+    if (__builtin_expect(__atomic_exchange_n(&l->taken, 1, __ATOMIC_ACQUIRE), 0))
+        lock_wait(l);
+}
+
+/* 1: taken; 0: held by someone else (never waits). */
+static inline int lock_try(struct sdp_lock *l)
+{
+    return !__atomic_load_n(&l->taken, __ATOMIC_RELAXED) &&
+           !__atomic_exchange_n(&l->taken, 1, __ATOMIC_ACQUIRE);
+}
+
+static inline void lock_release(struct sdp_lock *l)
+{
+    __atomic_store_n(&l->taken, 0, __ATOMIC_RELEASE);
+}
+
 struct sdp_cache {
-    pthread_mutex_t  lock;
+    struct sdp_lock  lock;
     struct sdp_size *size;
     struct sdp_slabs *slabs;         /* the cache its pages come from */
     int              purgeable;      /* xCreate's bPurgeable */
@@ -293,13 +339,13 @@ static void page_get_shared(int nr, void **objs)
         struct sdp_cache *c = __atomic_load_n(&p->owner, __ATOMIC_ACQUIRE);
         if (!c) {                       /* being built or being freed */
             objs[i] = NULL;
-        } else if (pthread_mutex_trylock(&c->lock) != 0) {
+        } else if (!lock_try(&c->lock)) {
             STAT_ADD(get_busy, 1);
             objs[i] = NULL;
         } else {
             if (!page_take_locked(c, p))
                 objs[i] = NULL;
-            pthread_mutex_unlock(&c->lock);
+            lock_release(&c->lock);
         }
     }
 }
@@ -316,14 +362,14 @@ static void *page_get(sd_cache *s, int nr, void **objs)
     /* A pool cache: its one user holds every object of the slab (their
      * frees wait for this get(), so the user cannot go meanwhile). */
     struct sdp_cache *c = b ? __atomic_load_n(&b->only, __ATOMIC_ACQUIRE) : NULL;
-    int locked = c && pthread_mutex_trylock(&c->lock) == 0;
+    int locked = c && lock_try(&c->lock);
     if (c && !locked)
         STAT_ADD(get_busy, nr);
     for (int i = 0; i < nr; i++)
         if (!locked || !page_take_locked(c, objs[i]))
             objs[i] = NULL;
     if (locked)
-        pthread_mutex_unlock(&c->lock);
+        lock_release(&c->lock);
     return NULL;
 }
 
@@ -458,7 +504,6 @@ static sqlite3_pcache *sdp_create(int szpage, int szextra, int purgeable)
         free(c);
         return NULL;
     }
-    pthread_mutex_init(&c->lock, NULL);
     c->size = z;
     c->slabs = b;
     c->purgeable = purgeable != 0;
@@ -472,20 +517,20 @@ static sqlite3_pcache *sdp_create(int szpage, int szextra, int purgeable)
 static void sdp_cachesize(sqlite3_pcache *pc, int n)
 {
     struct sdp_cache *c = (struct sdp_cache *)pc;
-    pthread_mutex_lock(&c->lock);
+    lock_take(&c->lock);
     c->nmax = n > 0 ? (unsigned)n : 0;
     c->n90 = (unsigned)((uint64_t)c->nmax * 9 / 10);
     if (c->purgeable)
         evict_locked(c, c->nmax);
-    pthread_mutex_unlock(&c->lock);
+    lock_release(&c->lock);
 }
 
 static int sdp_pagecount(sqlite3_pcache *pc)
 {
     struct sdp_cache *c = (struct sdp_cache *)pc;
-    pthread_mutex_lock(&c->lock);
+    lock_take(&c->lock);
     int n = (int)c->npage;
-    pthread_mutex_unlock(&c->lock);
+    lock_release(&c->lock);
     return n;
 }
 
@@ -531,7 +576,7 @@ static sqlite3_pcache_page *sdp_fetch(sqlite3_pcache *pc, unsigned key,
                                       int create)
 {
     struct sdp_cache *c = (struct sdp_cache *)pc;
-    pthread_mutex_lock(&c->lock);
+    lock_take(&c->lock);
     struct sdp_page *p = lookup_locked(c, key);
     if (p) {
         if (!p->pinned) {
@@ -541,7 +586,7 @@ static sqlite3_pcache_page *sdp_fetch(sqlite3_pcache *pc, unsigned key,
     } else if (create) {
         p = page_new_locked(c, key, create);
     }
-    pthread_mutex_unlock(&c->lock);
+    lock_release(&c->lock);
     return p ? &p->base : NULL;
 }
 
@@ -549,7 +594,7 @@ static void sdp_unpin(sqlite3_pcache *pc, sqlite3_pcache_page *pg, int discard)
 {
     struct sdp_cache *c = (struct sdp_cache *)pc;
     struct sdp_page *p = (struct sdp_page *)pg;
-    pthread_mutex_lock(&c->lock);
+    lock_take(&c->lock);
     if (discard) {
         page_free_locked(c, p);
     } else if (p->pinned) {
@@ -558,7 +603,7 @@ static void sdp_unpin(sqlite3_pcache *pc, sqlite3_pcache_page *pg, int discard)
         if (c->purgeable)
             evict_locked(c, c->nmax);
     }
-    pthread_mutex_unlock(&c->lock);
+    lock_release(&c->lock);
 }
 
 static void sdp_rekey(sqlite3_pcache *pc, sqlite3_pcache_page *pg,
@@ -567,14 +612,14 @@ static void sdp_rekey(sqlite3_pcache *pc, sqlite3_pcache_page *pg,
     struct sdp_cache *c = (struct sdp_cache *)pc;
     struct sdp_page *p = (struct sdp_page *)pg;
     (void)oldkey;
-    pthread_mutex_lock(&c->lock);
+    lock_take(&c->lock);
     struct sdp_page *other = lookup_locked(c, newkey);
     if (other && other != p)
         page_free_locked(c, other);
     hash_remove_locked(c, p);
     p->key = newkey;
     hash_insert_locked(c, p);
-    pthread_mutex_unlock(&c->lock);
+    lock_release(&c->lock);
 }
 
 /* Free every page whose key is at least `limit`.  As pcache1 does: nothing
@@ -612,18 +657,17 @@ static void truncate_locked(struct sdp_cache *c, unsigned limit)
 static void sdp_truncate(sqlite3_pcache *pc, unsigned limit)
 {
     struct sdp_cache *c = (struct sdp_cache *)pc;
-    pthread_mutex_lock(&c->lock);
+    lock_take(&c->lock);
     truncate_locked(c, limit);
-    pthread_mutex_unlock(&c->lock);
+    lock_release(&c->lock);
 }
 
 static void sdp_destroy(sqlite3_pcache *pc)
 {
     struct sdp_cache *c = (struct sdp_cache *)pc;
-    pthread_mutex_lock(&c->lock);
+    lock_take(&c->lock);
     truncate_locked(c, 0);
-    pthread_mutex_unlock(&c->lock);
-    pthread_mutex_destroy(&c->lock);
+    lock_release(&c->lock);
     pthread_mutex_lock(&sizes_lock);
     slabs_put_locked(c->slabs);
     pthread_mutex_unlock(&sizes_lock);
@@ -635,10 +679,10 @@ static void sdp_destroy(sqlite3_pcache *pc)
 static void sdp_shrink(sqlite3_pcache *pc)
 {
     struct sdp_cache *c = (struct sdp_cache *)pc;
-    pthread_mutex_lock(&c->lock);
+    lock_take(&c->lock);
     if (c->purgeable)
         evict_locked(c, 0);
-    pthread_mutex_unlock(&c->lock);
+    lock_release(&c->lock);
 }
 
 static const sqlite3_pcache_methods2 sdp_methods = {
