@@ -457,8 +457,8 @@ static struct sdp_slabs *slabs_take_locked(struct sdp_size *z, struct sdp_cache 
     return b;
 }
 
-/* Instance c allocates from b no more (its pages are freed).  Called with
- * sizes_lock held. */
+/* An instance allocates from b no more (its pages are freed).  Called
+ * with sizes_lock held. */
 static void slabs_put_locked(struct sdp_slabs *b)
 {
     b->users--;

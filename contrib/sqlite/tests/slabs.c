@@ -24,8 +24,9 @@
 #define NCONN 4
 #define NROWS 6000          /* rows of 1000 bytes: about 1,600 pages */
 
-/* Slabs and objects of every page cache of the module (named
- * "sqlite-page-SZ+EXTRA", with "#N" for each cache of a geometry's pool). */
+/* Slabs of every page cache of the module ("sqlite-page-SZ+EXTRA#N" for
+ * the pool's caches, "...-shared" for the shared one), how many hold any,
+ * and the objects on a pool cache's slab. */
 static void page_slabs(int szpage, int szextra, size_t *slabs, size_t *caches,
                        size_t *per_slab)
 {
@@ -33,7 +34,7 @@ static void page_slabs(int szpage, int szextra, size_t *slabs, size_t *caches,
     for (int i = -1; i < 256; i++) {
         char name[64];
         if (i < 0)
-            snprintf(name, sizeof(name), "sqlite-page-%d+%d", szpage, szextra);
+            snprintf(name, sizeof(name), "sqlite-page-%d+%d-shared", szpage, szextra);
         else
             snprintf(name, sizeof(name), "sqlite-page-%d+%d#%d", szpage, szextra, i);
         sd_cache *c = sd_cache_find(name);
@@ -41,7 +42,8 @@ static void page_slabs(int szpage, int szextra, size_t *slabs, size_t *caches,
         if (!c || sd_cache_get_info(c, &info) != 0)
             continue;
         *slabs += info.slabs;
-        *per_slab = info.objects_per_slab;
+        if (i >= 0 || !*per_slab)       /* a pool cache's, else the shared one's */
+            *per_slab = info.objects_per_slab;
         if (info.slabs)
             (*caches)++;
     }
@@ -111,7 +113,7 @@ int main(void)
         snprintf(name, sizeof(name), "sqlite-page-4096+%d#0", e);
         if (sd_cache_find(name))
             szextra = e;
-        snprintf(name, sizeof(name), "sqlite-page-4096+%d", e);
+        snprintf(name, sizeof(name), "sqlite-page-4096+%d-shared", e);
         if (sd_cache_find(name))
             szextra = e;
     }
