@@ -108,9 +108,13 @@ struct sdp_page {
 #define PAGE_HDR 64
 _Static_assert(sizeof(struct sdp_page) <= PAGE_HDR, "page header too big");
 
-/* Caches in one geometry's pool: instances alive at once beyond this share. */
+/* Caches in one geometry's pool: instances alive at once beyond this share.
+ * The allocator has 952 typed cache ids, never reused: all geometries
+ * together make at most SDP_POOL_TOTAL pool caches. */
 #define SDP_POOL_MAX 64
+#define SDP_POOL_TOTAL 128
 static unsigned pool_max = SDP_POOL_MAX;   /* sdp_pool_limit() */
+static unsigned pool_total;                /* pool caches made (sizes_lock) */
 
 struct sdp_slabs {
     sd_cache *cache;                 /* objects of PAGE_HDR + szpage + szextra */
@@ -426,13 +430,14 @@ static struct sdp_slabs *slabs_take_locked(struct sdp_size *z, struct sdp_cache 
     for (unsigned i = 0; i < z->npool && !b; i++)
         if (!z->pool[i].users)
             b = &z->pool[i];
-    if (!b && z->npool < pool_max) {
+    if (!b && z->npool < pool_max && pool_total < SDP_POOL_TOTAL) {
         snprintf(name, sizeof(name), "sqlite-page-%d+%d#%u", z->szpage, z->szextra,
                  z->npool);
         sd_cache *sc = sd_cache_create(name, z->objsz, 16, SD_NO_MERGE, NULL, &page_ops);
         if (sc) {
             b = &z->pool[z->npool];
             b->cache = sc;
+            pool_total++;
             __atomic_store_n(&z->npool, z->npool + 1, __ATOMIC_RELEASE);
         }
     }
