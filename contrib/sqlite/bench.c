@@ -22,7 +22,9 @@
  * 1000), close all connections but one, delete 90% of the rows, read the
  * rest once, idle.  Prints key=value lines on stderr (benchutil.h):
  * fill_s, fill_rows_per_s, read_s, read_per_s, delete_s, time_s (fill
- * + read + delete), cache_used_bytes and live_bytes (what the remaining
+ * + read + delete), fill_cpu_s, read_cpu_s and delete_cpu_s (CPU time of
+ * each phase, all threads: steadier than wall time on a loaded machine),
+ * cache_used_bytes and live_bytes (what the remaining
  * connection caches after the idle), rss_kb_* per phase, and
  * rss_per_live (RSS at the end of the idle, the connection still open,
  * over live_bytes).  Exits non-zero
@@ -36,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -48,6 +51,15 @@ static int nconn = 4;
 static uint64_t nrows = 150000, nreads = 200000, cache_mb = 64;
 static double idle_s = 8;
 static char dbpath[256];
+
+/* CPU seconds (user + system) the process has used, all threads. */
+static double cpu_now(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 static void die_db(sqlite3 *db, const char *what)
 {
@@ -229,9 +241,9 @@ int main(int argc, char **argv)
     exec(dbs[0], "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)");
 
     bu_event("fill");
-    double t0 = bu_now();
+    double t0 = bu_now(), c0 = cpu_now();
     fill(dbs);
-    double t1 = bu_now();
+    double t1 = bu_now(), c1 = cpu_now();
     bu_kv_long("rss_kb_filled", proc_status_kb("VmRSS"));
 
     bu_event("read");
@@ -246,7 +258,7 @@ int main(int argc, char **argv)
         reads += rd[i].reads;
         bad += rd[i].bad;
     }
-    double t2 = bu_now();
+    double t2 = bu_now(), c2 = cpu_now();
     bu_kv_long("rss_kb_read", proc_status_kb("VmRSS"));
 
     /* All but one connection go; 90% of the rows go. */
@@ -258,7 +270,7 @@ int main(int argc, char **argv)
     struct reader last = { .db = dbs[0], .only_mod = 10 };
     reader_main(&last);
     bad += last.bad;
-    double t3 = bu_now();
+    double t3 = bu_now(), c3 = cpu_now();
     bu_kv_long("rss_kb_deleted", proc_status_kb("VmRSS"));
 
     bu_event("idle");
@@ -273,6 +285,9 @@ int main(int argc, char **argv)
     bu_kv_double("read_per_s", (double)reads / read_s);
     bu_kv_double("delete_s", del_s);
     bu_kv_double("time_s", fill_s + read_s + del_s);
+    bu_kv_double("fill_cpu_s", c1 - c0);
+    bu_kv_double("read_cpu_s", c2 - c1);
+    bu_kv_double("delete_cpu_s", c3 - c2);
     bu_kv_long("cache_used_bytes", cur);
     bu_kv_long("live_bytes", cur);
     long rss_idle = proc_status_kb("VmRSS");

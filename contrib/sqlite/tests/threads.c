@@ -12,12 +12,14 @@
  * PRAGMA integrity_check must say ok, and get()/kick() must have dropped
  * pages (else the test proves nothing).
  *
- *   sqlite-threads [SECONDS] [--background]
+ *   sqlite-threads [SECONDS] [--background] [--pool N]
  *
  * SECONDS defaults to 8; the database goes in a new directory under /tmp.
  * --background: no shrinking thread of ours; the allocator's background
  * shrinker (started by its own options, e.g. SLABDEFRAG_RSS_LIMIT_MB) must
- * do the vacating.
+ * do the vacating.  --pool N: at most N pool caches per page geometry
+ * (sdp_pool_limit), so that the other connections' pages share the shared
+ * cache, whose get() finds pages of several owners on one slab.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,6 +34,7 @@
 
 #include "dbfiles.h"
 #include "sdpcache.h"
+#include "sdpcache_internal.h"
 #include "sqltest.h"
 
 #define NROWS   6000
@@ -174,8 +177,10 @@ int main(int argc, char **argv)
         char *end;
         if (strcmp(argv[i], "--background") == 0) {
             background = 1;
+        } else if (strcmp(argv[i], "--pool") == 0 && i + 1 < argc) {
+            sdp_pool_limit((unsigned)strtoul(argv[++i], NULL, 10));
         } else if ((seconds = strtod(argv[i], &end)) <= 0 || *end) {
-            fprintf(stderr, "usage: sqlite-threads [SECONDS] [--background]\n");
+            fprintf(stderr, "usage: sqlite-threads [SECONDS] [--background] [--pool N]\n");
             return 2;
         }
     }
