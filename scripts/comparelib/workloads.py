@@ -40,6 +40,8 @@ def python_binary():
 QUICK_SET = ['throughput', 'frag']
 AGE_RUN = 1000          # redis-age: keys that live and die together
 MANYTHREADS_N = [2, 64, 256, 1024]
+# bench/fork: (name suffix, heap MiB, --quick heap MiB)
+FORK_SIZES = [('256m', 256, 16), ('1g', 1024, 32), ('4g', 4096, 64)]
 # Names --workloads accepts for a set of workloads (see --list).
 # percpu: the standard allocator benchmarks of issue 11, one table each,
 # plus the speed summary line (geometric mean of the time ratios).
@@ -49,6 +51,8 @@ GROUPS = {
               ['manythreads-%d' % n for n in MANYTHREADS_N],
     # large: blocks above 32 KiB (issue 12), bench/large.c
     'large': ['large-touch', 'large-maps', 'large-mixed-1', 'large-mixed-2'],
+    # fork: fork() with a big fragmented heap (issue 40), bench/fork.c
+    'fork': ['fork-%s' % t for t, _, _ in FORK_SIZES],
 }
 
 
@@ -195,6 +199,20 @@ def suite(bench, quick):
             'the rest free and malloc anew; every page written' % (nt, '4k' if q else '40k'),
             [lg, 'mixed', '-t', str(nt), '-n', '4000' if q else '40000'],
             extra=[('time_s', 'time s', False, True)] + maps_extra, speed=True))
+    # fork() with a fragmented heap (group fork, issue 40).
+    for tag, mib, qmib in FORK_SIZES:
+        W.append(Workload(
+            'fork-' + tag, 'allocate %d MiB of 64..512 B blocks, free a random half, let '
+            'meshing settle (at most %d s), then %d forks whose child exits at once and %d '
+            'whose child writes 1%% of the live blocks; medians over those forks'
+            % (qmib if q else mib, 15 if q else 60, 2 if q else 5, 2 if q else 5),
+            [os.path.join(bench, 'fork'), '-m', str(qmib if q else mib),
+             '-f', '2' if q else '5', '-S', '15' if q else '60'],
+            extra=[('fork_ms', 'fork ms', False, True), ('fork_max_ms', 'max fork ms', None),
+                   ('exit_ms', 'child exit ms', False, True),
+                   ('child_dirty_kb', 'child dirty KiB', False),
+                   ('child_pss_shmem_kb', 'child PSS shmem KiB', None),
+                   ('settle_s', 'settle s', None), ('meshes', 'meshes', None)]))
     for nt in MANYTHREADS_N:
         W.append(Workload(
             'manythreads-%d' % nt, '%d threads each malloc %s blocks of 16..515 B, free those '
