@@ -308,8 +308,9 @@ Test(defrag, vacate_address_of_free_object_in_slab)
 
 static pthread_mutex_t ho_m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ho_c = PTHREAD_COND_INITIALIZER;
-static int ho_go, ho_freed, ho_freed_in_get, ho_nr, ho_saw_victim;
+static int ho_go, ho_freeing, ho_freed, ho_freed_in_get, ho_nr, ho_saw_victim;
 static void *ho_victim;
+static int ho_reached;
 static sd_cache *ho_cache;
 
 static void *ho_thread(void *arg)
@@ -320,6 +321,7 @@ static void *ho_thread(void *arg)
     while (!ho_go)
         pthread_cond_wait(&ho_c, &ho_m);
     pthread_mutex_unlock(&ho_m);
+    __atomic_store_n(&ho_freeing, 1, __ATOMIC_SEQ_CST);
     sd_cache_free(ho_cache, ho_victim);  /* an object of the slab in get() */
     __atomic_store_n(&ho_freed, 1, __ATOMIC_SEQ_CST);
     return NULL;
@@ -331,6 +333,12 @@ static void *ho_get(sd_cache *s, int nr, void **objs)
     ho_go = 1;
     pthread_cond_signal(&ho_c);
     pthread_mutex_unlock(&ho_m);
+    /* The thread is at its free (bounded: 10 s), then gets 300 ms to
+     * finish it, which it must not while get() runs. */
+    struct timespec ms = { 0, 1000 * 1000 };
+    for (int i = 0; i < 10000 && !__atomic_load_n(&ho_freeing, __ATOMIC_SEQ_CST); i++)
+        nanosleep(&ms, NULL);
+    ho_reached = __atomic_load_n(&ho_freeing, __ATOMIC_SEQ_CST);
     struct timespec ts = { 0, 300 * 1000 * 1000 };
     nanosleep(&ts, NULL);
     ho_freed_in_get = __atomic_load_n(&ho_freed, __ATOMIC_SEQ_CST);
@@ -381,6 +389,7 @@ Test(defrag, get_holds_off_concurrent_frees, .timeout = 30)
     cr_assert(got_get, "get() was not called (sd_vacate returned %d)", rc);
     cr_expect_eq(ho_nr, 2, "get() got %d objects", ho_nr);
     cr_expect(ho_saw_victim, "the object being freed was not in get()'s vector");
+    cr_assert(ho_reached, "the freeing thread did not reach its free within 10 s of get()");
     cr_assert_eq(ho_freed_in_get, 0,
                  "a free of an object on the slab completed while get() ran");
     cr_expect_eq(ho_freed, 1);

@@ -17,6 +17,8 @@
 #   mesh        SLABDEFRAG_MESH=1
 #   rss         SLABDEFRAG_RSS_LIMIT_MB=4096
 #   cache       a typed cache with get/kick (LIFETIME_CACHE=1)
+# background and busy start the shrinker thread at once: they also set
+# LIFETIME_MIN_THREADS=1, and the signal case waits for that thread.
 # Each run is bounded by `timeout` (LIFETIME_TIMEOUT s, default 30): a
 # process that does not end is a failure, not a hung test.  Both runs must
 # end with the status the case expects, print the same stdout (which holds
@@ -37,7 +39,7 @@ shift 3
 configs=("$@")
 TIMEOUT=${LIFETIME_TIMEOUT:-30}
 
-unset LD_PRELOAD LIFETIME_CACHE 2>/dev/null || true
+unset LD_PRELOAD LIFETIME_CACHE LIFETIME_MIN_THREADS 2>/dev/null || true
 for v in $(env | sed -n 's/^\(SLABDEFRAG_[A-Z_]*\)=.*/\1/p'); do
     unset "$v"
 done
@@ -46,8 +48,8 @@ env_of() {
     case $1 in
         none)       echo SLABDEFRAG_BACKGROUND=0 ;;
         auto)       ;;
-        background) echo SLABDEFRAG_BACKGROUND=1 ;;
-        busy)       echo SLABDEFRAG_BACKGROUND=1 SLABDEFRAG_SHRINK_INTERVAL_MS=10 SLABDEFRAG_MESH=1 ;;
+        background) echo SLABDEFRAG_BACKGROUND=1 LIFETIME_MIN_THREADS=1 ;;
+        busy)       echo SLABDEFRAG_BACKGROUND=1 SLABDEFRAG_SHRINK_INTERVAL_MS=10 SLABDEFRAG_MESH=1 LIFETIME_MIN_THREADS=1 ;;
         control)    echo SLABDEFRAG_CONTROL=1 ;;
         mesh)       echo SLABDEFRAG_MESH=1 ;;
         rss)        echo SLABDEFRAG_RSS_LIMIT_MB=4096 ;;
