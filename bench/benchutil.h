@@ -181,6 +181,19 @@ static inline const char *bu_opt(int argc, char **argv, int *i, const char *name
 
 /* Report the final state: VmRSS and VmHWM as this process sees them now,
  * just before it exits.  scripts/compare takes final RSS from here. */
+static inline int bu_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n) (sorts v). */
+static inline double bu_median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, bu_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static inline void bu_final(void)
 {
     bu_kv_long("final_rss_kb", proc_status_kb("VmRSS"));

@@ -106,18 +106,6 @@ static long rollup_kb(const char *key)
     return -1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static double reap(pid_t pid)
 {
     int st;
@@ -247,20 +235,20 @@ int main(int argc, char **argv)
     printf("fork: %zu blocks, %.1f MiB live, settle %.1f s, meshes %ld; fork %.1f ms "
            "(max %.1f), child exited after %.1f ms; child Private_Dirty %.0f kB after "
            "writing %ld permille of the blocks\n",
-           n, live / 1048576.0, settle_s, meshes, median(fork_ms, (int)forks), fork_max,
-           median(exit_ms, (int)forks), median(dirty, (int)forks), permille);
+           n, live / 1048576.0, settle_s, meshes, bu_median(fork_ms, forks), fork_max,
+           bu_median(exit_ms, forks), bu_median(dirty, forks), permille);
     bu_kv_long("blocks", (long long)nlive);
     bu_kv_double("live_mib", live / 1048576.0);
     bu_kv_double("settle_s", settle_s);
     bu_kv_long("meshes", meshes < 0 ? 0 : meshes);
     bu_kv_long("filed", filed < 0 ? 0 : filed);
-    bu_kv_double("fork_ms", median(fork_ms, (int)forks));
+    bu_kv_double("fork_ms", bu_median(fork_ms, forks));
     bu_kv_double("fork_max_ms", fork_max);
-    bu_kv_double("exit_ms", median(exit_ms, (int)forks));
-    bu_kv_double("write_exit_ms", median(wexit, (int)forks));
-    bu_kv_double("child_dirty0_kb", median(dirty0, (int)forks));
-    bu_kv_double("child_dirty_kb", median(dirty, (int)forks));
-    bu_kv_double("child_pss_shmem_kb", median(shmem, (int)forks));
+    bu_kv_double("exit_ms", bu_median(exit_ms, forks));
+    bu_kv_double("write_exit_ms", bu_median(wexit, forks));
+    bu_kv_double("child_dirty0_kb", bu_median(dirty0, forks));
+    bu_kv_double("child_dirty_kb", bu_median(dirty, forks));
+    bu_kv_double("child_pss_shmem_kb", bu_median(shmem, forks));
     bu_final();
     return 0;
 }

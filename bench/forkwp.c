@@ -57,18 +57,6 @@ static double leave_ns_sum;
 static long leaves;
 static volatile int child_gone;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, long n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void die_errno(const char *what)
 {
     fprintf(stderr, "forkwp: %s: %s\n", what, strerror(errno));
@@ -289,15 +277,15 @@ int main(int argc, char **argv)
     printf("forkwp: %ld MiB private, %ld hosts + aliases: plain fork %.1f ms; "
            "write-protect %.1f ms, with the fork %.1f ms, until the child exited %.1f ms; "
            "a leave %.1f us, a child write fault %.1f us, a parent one %.1f us; %ld errors\n",
-           heap_mib, nhosts, median(plain, forks), median(wp, forks), median(wpf, forks),
-           median(wpe, forks), leave_us, median(cf, forks), median(pf, forks), errors);
-    bu_kv_double("plain_fork_ms", median(plain, forks));
-    bu_kv_double("wp_ms", median(wp, forks));
-    bu_kv_double("wp_fork_ms", median(wpf, forks));
-    bu_kv_double("wp_exit_ms", median(wpe, forks));
+           heap_mib, nhosts, bu_median(plain, forks), bu_median(wp, forks), bu_median(wpf, forks),
+           bu_median(wpe, forks), leave_us, bu_median(cf, forks), bu_median(pf, forks), errors);
+    bu_kv_double("plain_fork_ms", bu_median(plain, forks));
+    bu_kv_double("wp_ms", bu_median(wp, forks));
+    bu_kv_double("wp_fork_ms", bu_median(wpf, forks));
+    bu_kv_double("wp_exit_ms", bu_median(wpe, forks));
     bu_kv_double("leave_us", leave_us);
-    bu_kv_double("child_fault_us", median(cf, forks));
-    bu_kv_double("parent_fault_us", median(pf, forks));
+    bu_kv_double("child_fault_us", bu_median(cf, forks));
+    bu_kv_double("parent_fault_us", bu_median(pf, forks));
     bu_kv_long("errors", errors);
     return errors ? 1 : 0;
 }
