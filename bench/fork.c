@@ -1,5 +1,5 @@
 /*
- * bench/fork.c - what a fork costs with a big fragmented heap (issue 40):
+ * bench/fork.c - what a fork costs with a big fragmented heap:
  * the parent's fork(), the time until the child has exited, and the
  * child's private memory after it writes a few blocks.
  *

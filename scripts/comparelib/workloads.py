@@ -43,15 +43,15 @@ MANYTHREADS_N = [2, 64, 256, 1024]
 # bench/fork: (name suffix, heap MiB, --quick heap MiB)
 FORK_SIZES = [('256m', 256, 16), ('1g', 1024, 32), ('4g', 4096, 64)]
 # Names --workloads accepts for a set of workloads (see --list).
-# percpu: the standard allocator benchmarks of issue 11, one table each,
+# percpu: the standard allocator benchmarks, one table each,
 # plus the speed summary line (geometric mean of the time ratios).
 GROUPS = {
     'percpu': ['larson', 'larson-mb', 'churn-1', 'churn-n', 'xthread', 'stchurn', 'sizemix',
                'batchfree'] +
               ['manythreads-%d' % n for n in MANYTHREADS_N],
-    # large: blocks above 32 KiB (issue 12), bench/large.c
+    # large: blocks above 32 KiB, bench/large.c
     'large': ['large-touch', 'large-maps', 'large-mixed-1', 'large-mixed-2'],
-    # fork: fork() with a big fragmented heap (issue 40), bench/fork.c
+    # fork: fork() with a big fragmented heap, bench/fork.c
     'fork': ['fork-%s' % t for t, _, _ in FORK_SIZES],
 }
 
@@ -101,7 +101,7 @@ def suite(bench, quick):
             extra=[('rss_per_live', 'RSS/live', False)]))
     # SQLite (contrib/sqlite): its own page cache under every allocator;
     # rows slabdefrag+sdpcache = the slabdefrag page cache module, without
-    # and with a memory limit (issue 41).
+    # and with a memory limit.
     contrib = os.path.join(os.path.dirname(bench), 'contrib', 'sqlite')
     sb = [os.path.join(contrib, 'sqlitebench')] + \
         (['-n', '30000', '-r', '20000', '--idle', '2'] if q else
@@ -177,7 +177,7 @@ def suite(bench, quick):
         % (2 * ncpu, '2000' if q else '60000'),
         [os.path.join(bench, 'batchfree'), '-t', str(2 * ncpu), '-n', '2000' if q else '60000'],
         extra=speed_extra, speed=True))
-    # Blocks above 32 KiB (group large, issue 12).
+    # Blocks above 32 KiB (group large).
     lg = os.path.join(bench, 'large')
     maps_extra = [('maps', 'maps live', None), ('maps_end', 'maps end', None)]
     W.append(Workload(
@@ -199,7 +199,7 @@ def suite(bench, quick):
             'the rest free and malloc anew; every page written' % (nt, '4k' if q else '40k'),
             [lg, 'mixed', '-t', str(nt), '-n', '4000' if q else '40000'],
             extra=[('time_s', 'time s', False, True)] + maps_extra, speed=True))
-    # fork() with a fragmented heap (group fork, issue 40).
+    # fork() with a fragmented heap (group fork).
     for tag, mib, qmib in FORK_SIZES:
         W.append(Workload(
             'fork-' + tag, 'allocate %d MiB of 64..512 B blocks, free a random half, let '
