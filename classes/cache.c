@@ -750,7 +750,7 @@ struct slab *cache_empty_take_locked(struct sd_cache *c)
         if (sd_spin_trylock(&s->lock)) {
             list_del(&s->link);
             cnt_add(&c->nr_empty, -1);
-            s->purged = 0;                      /* was empty_since */
+            s->purged = 0;      /* clears the union's empty_since: a live slab has no purged pages */
             return s;
         }
     }
